@@ -1,0 +1,222 @@
+"""Measurements shared by every script: plasticity / optimisation metrics and score tables.
+
+Every function is pure (tensors or numbers in, numbers out) so that a test can check it on
+hand-made inputs. Definitions follow Appendix B of Mayor et al., "The Impact of On-Policy
+Parallelized Data Collection on Deep Reinforcement Learning Networks" (ICML 2025), unless
+a docstring says otherwise; `../shared/SPEC.md` pins the exact variants used here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+
+# --------------------------------------------------------------------------------------
+# Representation metrics
+# --------------------------------------------------------------------------------------
+
+
+def feature_rank(features: torch.Tensor, threshold: float = 0.99) -> int:
+    """Approximate rank of an (N x D) feature matrix (paper B.1; Yang et al. 2019).
+
+    The smallest k such that the top-k squared singular values hold at least `threshold`
+    of the total. The matrix is used as is (uncentred), as in Moalla et al. 2024.
+    """
+    singular_values = torch.linalg.svdvals(features.detach().double())
+    energy = singular_values.square()
+    total = energy.sum()
+    if total <= 0:
+        return 0
+    cumulative = torch.cumsum(energy, dim=0) / total
+    # A tiny tolerance so that an exact 99 % share is not lost to float rounding.
+    return int(torch.searchsorted(cumulative, torch.tensor(threshold - 1e-12, dtype=cumulative.dtype)).item()) + 1
+
+
+def dormant_percentage(activations: Sequence[torch.Tensor], tau: float = 0.025) -> float:
+    """Percentage of dormant neurons over all given hidden layers (Sokar et al. 2023; B.2).
+
+    `activations` are post-ReLU outputs, one tensor per hidden layer, shaped (B, D) for
+    dense layers or (B, C, H, W) for convolutions, where a channel counts as one neuron.
+    A neuron's score is its mean |activation| over the batch (and space) divided by the
+    mean of those values over its layer; it is dormant when the score is <= tau.
+    """
+    dormant, total = 0, 0
+    for layer_output in activations:
+        per_neuron = layer_output.detach().abs().float()
+        # Average over every axis but the neuron (channel) axis 1.
+        reduce_dims = [d for d in range(per_neuron.dim()) if d != 1]
+        per_neuron = per_neuron.mean(dim=reduce_dims)
+        scores = per_neuron / (per_neuron.mean() + 1e-9)
+        dormant += int((scores <= tau).sum().item())
+        total += per_neuron.numel()
+    return 100.0 * dormant / max(total, 1)
+
+
+def weight_norm(parameters: Iterable[torch.Tensor]) -> float:
+    """L2 norm of all parameters taken together: sqrt(sum of squares) (B.3)."""
+    squares = [p.detach().double().square().sum() for p in parameters]
+    return float(torch.stack(squares).sum().sqrt().item()) if squares else 0.0
+
+
+# --------------------------------------------------------------------------------------
+# Optimisation metrics
+# --------------------------------------------------------------------------------------
+
+
+def gradient_kurtosis(gradients: Iterable[torch.Tensor], eps: float = 1e-8) -> float:
+    """Kurtosis of log-absolute gradient entries (B.4; Garg et al. 2021).
+
+    L_i = log(|G_i| + eps) over every entry; K = E[(L - mean L)^4] / std(L)^4, the plain
+    (not excess) kurtosis, with the population standard deviation.
+    """
+    log_abs = torch.cat([torch.log(g.detach().double().abs().flatten() + eps) for g in gradients])
+    centred = log_abs - log_abs.mean()
+    variance = centred.square().mean()
+    if variance <= 0:
+        return 0.0
+    return float((centred.pow(4).mean() / variance.square()).item())
+
+
+def global_grad_norm(gradients: Iterable[torch.Tensor]) -> torch.Tensor:
+    """L2 norm of all gradient entries together, as a 0-d tensor (no host sync)."""
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach()) for g in gradients]))
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var[target - predicted] / Var[target]; NaN when the target is constant."""
+    target_variance = torch.var(target, unbiased=False)
+    if target_variance <= 0:
+        return float("nan")
+    return float((1 - torch.var(target - predicted, unbiased=False) / target_variance).item())
+
+
+# --------------------------------------------------------------------------------------
+# Policy metrics
+# --------------------------------------------------------------------------------------
+
+
+def ess_percentage(ratios: torch.Tensor) -> float:
+    """Effective sample size of importance ratios, as a percentage of N (B.5; Martino 2017).
+
+    ESS% = 100 * (sum r)^2 / (N * sum r^2), which is 100 for uniform ratios.
+    """
+    r = ratios.detach().double().flatten()
+    return float((100.0 * r.sum().square() / (r.numel() * r.square().sum())).item())
+
+
+def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """Exact KL(p || q) per state for categorical distributions given by logits (B, A)."""
+    p_log = torch.log_softmax(p_logits, dim=-1)
+    q_log = torch.log_softmax(q_logits, dim=-1)
+    return (p_log.exp() * (p_log - q_log)).sum(dim=-1)
+
+
+def gaussian_kl(p_mean: torch.Tensor, p_std: torch.Tensor, q_mean: torch.Tensor, q_std: torch.Tensor) -> torch.Tensor:
+    """Exact KL(p || q) per state for diagonal Gaussians (B, D), summed over dimensions."""
+    variance_ratio = (p_std / q_std).square()
+    mean_term = ((p_mean - q_mean) / q_std).square()
+    return 0.5 * (variance_ratio + mean_term - 1 - torch.log(variance_ratio)).sum(dim=-1)
+
+
+def categorical_policy_variance(probs: torch.Tensor) -> float:
+    """Variance across states of pi(a|s) for each action, averaged over actions (B.6).
+
+    `probs` is (B, A); the variance is the population variance (divides by B).
+    """
+    return float(probs.detach().double().var(dim=0, unbiased=False).mean().item())
+
+
+def gaussian_policy_variance(mean: torch.Tensor, std: torch.Tensor) -> float:
+    """B.6 for Gaussian policies: the across-state variance of every action dimension's
+    mean and standard deviation, averaged over those 2 * D quantities."""
+    stacked = torch.cat([mean.detach().double(), std.detach().double().expand_as(mean)], dim=-1)
+    return float(stacked.var(dim=0, unbiased=False).mean().item())
+
+
+def data_to_divergence_ratio(batch_size: int, kl_behavior: float) -> float:
+    """Beukman et al. 2026: samples per unit of KL moved by one update (batch / KL)."""
+    return float(batch_size / max(kl_behavior, 1e-12))
+
+
+# --------------------------------------------------------------------------------------
+# State-space coverage (B.7)
+# --------------------------------------------------------------------------------------
+
+
+def rescale_to_unit_square(points: np.ndarray) -> np.ndarray:
+    """Min-max rescale each column of (N, 2) points to [0, 1] (a constant column maps to 0)."""
+    low, high = points.min(axis=0), points.max(axis=0)
+    span = np.where(high > low, high - low, 1.0)
+    return (points - low) / span
+
+
+def grid_coverage(points: np.ndarray, grid: int = 50) -> float:
+    """Fraction of the cells of a grid x grid partition of [0,1]^2 that hold a point (B.7)."""
+    cells = np.minimum(np.floor(np.asarray(points) * grid).astype(np.int64), grid - 1)
+    occupied = np.unique(cells[:, 0] * grid + cells[:, 1]).size
+    return occupied / grid**2
+
+
+# --------------------------------------------------------------------------------------
+# Score normalisation
+# --------------------------------------------------------------------------------------
+
+# (random, human) scores per game: the standard constants used by DQN Zoo's atari_data.py
+# (Mnih et al. 2015; Badia et al. 2020), keyed by EnvPool task name without "-v5".
+ATARI_RANDOM_HUMAN: dict[str, tuple[float, float]] = {
+    # Atari-10 (Aitchison et al. 2023), the paper's games
+    "Amidar": (5.8, 1719.5),
+    "Bowling": (23.1, 160.7),
+    "Frostbite": (65.2, 4334.7),
+    "KungFuMaster": (258.5, 22736.3),
+    "Riverraid": (1338.5, 17118.0),
+    "BattleZone": (2360.0, 37187.5),
+    "DoubleDunk": (-18.6, -16.4),
+    "NameThisGame": (2292.3, 8049.0),
+    "Phoenix": (761.4, 7242.6),
+    "Qbert": (163.9, 13455.0),
+    # hard exploration (paper Sec. 6.3)
+    "MontezumaRevenge": (0.0, 4753.3),
+    "Venture": (0.0, 1187.5),
+    "PrivateEye": (24.9, 69571.3),
+    "Gravitar": (173.0, 3351.4),
+    "Solaris": (1236.3, 12326.7),
+    "Pitfall": (-229.4, 6463.7),
+    # common sanity-check games
+    "Breakout": (1.7, 30.5),
+    "Pong": (-20.7, 14.6),
+    "BeamRider": (363.9, 16926.5),
+}
+ATARI_10 = ["Amidar", "Bowling", "Frostbite", "KungFuMaster", "Riverraid", "BattleZone",
+            "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"]  # fmt: skip
+HARD_EXPLORATION = ["MontezumaRevenge", "Venture", "PrivateEye", "Gravitar", "Solaris", "Pitfall"]
+
+# Procgen easy-mode (R_min, R_max) from Cobbe et al. 2020, keyed by lower-case game name.
+PROCGEN_RETURN_RANGE: dict[str, tuple[float, float]] = {
+    "bigfish": (1.0, 40.0),
+    "starpilot": (2.5, 64.0),
+}
+
+
+def _atari_game(env_id: str) -> str:
+    return env_id.split("/")[-1].split("-")[0]
+
+
+def human_normalized_score(env_id: str, score: float | np.ndarray) -> float | np.ndarray:
+    """(score - random) / (human - random) for an Atari task ("Breakout-v5" or "Breakout")."""
+    game = _atari_game(env_id)
+    if game not in ATARI_RANDOM_HUMAN:
+        raise KeyError(f"no random/human scores for {game!r}; known: {sorted(ATARI_RANDOM_HUMAN)}")
+    random_score, human_score = ATARI_RANDOM_HUMAN[game]
+    return (score - random_score) / (human_score - random_score)
+
+
+def procgen_normalized_score(env_id: str, score: float | np.ndarray) -> float | np.ndarray:
+    """(score - R_min) / (R_max - R_min) for a Procgen easy-mode task ("BigfishEasy-v0")."""
+    game = _atari_game(env_id).lower().removesuffix("easy").removesuffix("hard")
+    if game not in PROCGEN_RETURN_RANGE:
+        raise KeyError(f"no Procgen return range for {game!r}; known: {sorted(PROCGEN_RETURN_RANGE)}")
+    low, high = PROCGEN_RETURN_RANGE[game]
+    return (score - low) / (high - low)
