@@ -201,7 +201,7 @@ PROCGEN_RETURN_RANGE: dict[str, tuple[float, float]] = {
 
 
 def _atari_game(env_id: str) -> str:
-    return env_id.split("/")[-1].split("-")[0]
+    return env_id.rsplit("/", maxsplit=1)[-1].split("-", maxsplit=1)[0]
 
 
 def human_normalized_score(env_id: str, score: float | np.ndarray) -> float | np.ndarray:

@@ -30,8 +30,8 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn as nn
 import tyro
+from torch import nn
 from torch.distributions import Categorical
 
 import metrics
@@ -69,6 +69,8 @@ class Args:
     """EnvPool Atari task id"""
     total_timesteps: int = 10_000_000
     """total environment steps (the paper uses 100M)"""
+    max_episode_steps: int = 27_000
+    """time limit in agent steps (27,000 = 108,000 frames, 30 minutes of play): the game is truncated there"""
     num_envs: int = 8
     """N_envs: parallel environments"""
     num_steps: int = 128
@@ -155,7 +157,14 @@ def parse_args() -> Args:
         lines = [re.sub(r"[│╭╮╰╯─]", "", line).strip() for line in captured.getvalue().splitlines()]
         # Panel layout: title, message lines, a rule, help hints. Keep the message lines.
         body = [line for line in lines[1:] if line]
-        message = " ".join(body[: next((i for i, line in enumerate(body) if line.startswith(("Argument helptext", "For full helptext"))), len(body))])
+        message = " ".join(
+            body[
+                : next(
+                    (i for i, line in enumerate(body) if line.startswith(("Argument helptext", "For full helptext"))),
+                    len(body),
+                )
+            ]
+        )
         fail(f"{message or 'invalid command line'} (see --help)")
 
 
@@ -163,7 +172,7 @@ def validate_and_derive(args: Args) -> Args:
     """Check every flag before any environment exists; fill in the derived values."""
     import envpool  # noqa: PLC0415 - imported here so --help stays fast
 
-    for name in ("total_timesteps", "num_envs", "num_steps", "update_epochs", "num_minibatches", "lr_reference_envs",
+    for name in ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches", "lr_reference_envs",
                  "metrics_batch", "embeddings_per_iteration"):  # fmt: skip
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -186,14 +195,20 @@ def validate_and_derive(args: Args) -> Args:
         if args.minibatch_size <= 0 or args.minibatch_size > args.batch_size:
             fail(f"--minibatch-size must be in [1, batch_size={args.batch_size}], got {args.minibatch_size}")
         if args.batch_size % args.minibatch_size:
-            fail(f"--minibatch-size {args.minibatch_size} does not divide batch_size = num_envs * num_steps = {args.batch_size}")
+            fail(
+                f"--minibatch-size {args.minibatch_size} does not divide batch_size = num_envs * num_steps = {args.batch_size}"
+            )
         args.num_minibatches = args.batch_size // args.minibatch_size
     else:
         if args.num_minibatches > args.batch_size or args.batch_size % args.num_minibatches:
-            fail(f"--num-minibatches {args.num_minibatches} does not divide batch_size = num_envs * num_steps = {args.batch_size}")
+            fail(
+                f"--num-minibatches {args.num_minibatches} does not divide batch_size = num_envs * num_steps = {args.batch_size}"
+            )
         args.minibatch_size = args.batch_size // args.num_minibatches
     if args.total_timesteps < args.batch_size:
-        fail(f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})")
+        fail(
+            f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})"
+        )
     args.num_iterations = args.total_timesteps // args.batch_size
 
     k = args.num_envs / args.lr_reference_envs
@@ -345,10 +360,14 @@ def ppo_loss(
         advantages = (advantages - mean) / (std + 1e-8)
     log_ratio = new_logprob - old_logprob
     ratio = log_ratio.exp()
-    policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)), mask)
+    policy_loss = masked_mean(
+        torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)), mask
+    )
     if clip_vloss:
         clipped_value = old_value + (new_value - old_value).clamp(-clip_coef, clip_coef)
-        value_loss = 0.5 * masked_mean(torch.max((new_value - returns).square(), (clipped_value - returns).square()), mask)
+        value_loss = 0.5 * masked_mean(
+            torch.max((new_value - returns).square(), (clipped_value - returns).square()), mask
+        )
     else:
         value_loss = 0.5 * masked_mean((new_value - returns).square(), mask)
     entropy_loss = masked_mean(entropy, mask)
@@ -365,11 +384,19 @@ def ppo_loss(
 
 
 @torch.no_grad()
-def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavior_logits: torch.Tensor, dormant_tau: float):
+def measure_agent(
+    agent: Agent,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    behavior_logits: torch.Tensor,
+    batch_size: int,
+    dormant_tau: float,
+) -> dict[str, float]:
     """The metrics/ tags that need a forward pass, on the states of the metrics batch.
 
     Called after the update: ratios and KL compare the updated policy with the policy that
-    collected the rollout (the behaviour policy).
+    collected the rollout (the behaviour policy). DDR divides the training batch size by
+    the KL estimated on these states.
     """
     activations: list[torch.Tensor] = []
     actor_features, critic_features = agent.features(obs, activations)
@@ -384,7 +411,7 @@ def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavi
         "ess_pct": metrics.ess_percentage((new_logprob - behavior_logprob).exp()),
         "policy_variance": metrics.categorical_policy_variance(torch.softmax(logits, dim=-1)),
         "kl_behavior": kl_behavior,
-        "ddr": metrics.data_to_divergence_ratio(obs.shape[0], kl_behavior),
+        "ddr": metrics.data_to_divergence_ratio(batch_size, kl_behavior),
     }
     if agent.critic_encoder is not None:
         values["feature_rank_critic"] = metrics.feature_rank(critic_features)
@@ -396,7 +423,9 @@ def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavi
 # --------------------------------------------------------------------------------------
 
 
-def save_checkpoint(path: str, agent: Agent, optimizer: torch.optim.Optimizer, args: Args, iteration: int, global_step: int):
+def save_checkpoint(
+    path: str, agent: Agent, optimizer: torch.optim.Optimizer, args: Args, iteration: int, global_step: int
+):
     """Write atomically: a crash while saving leaves the previous checkpoint intact."""
     state = {
         "model": agent.state_dict(),
@@ -446,11 +475,13 @@ def record_video(agent: Agent, args: Args, run_dir: str, device: torch.device) -
     gym.register_envs(ale_py)
     game = args.env_id.split("-")[0]
     env = gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=0.0, full_action_space=False,
-                   max_num_frames_per_episode=108_000, render_mode="rgb_array")  # fmt: skip
+                   max_num_frames_per_episode=4 * args.max_episode_steps, render_mode="rgb_array")  # fmt: skip
     env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
     env = gym.wrappers.FrameStackObservation(env, 4)
     video_dir = os.path.join(run_dir, "videos")
-    env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda _: True, name_prefix="eval", disable_logger=True)
+    env = gym.wrappers.RecordVideo(
+        env, video_dir, episode_trigger=lambda _: True, name_prefix="eval", disable_logger=True
+    )
     action_meanings = env.unwrapped.get_action_meanings()
     fire = action_meanings.index("FIRE") if "FIRE" in action_meanings else None
     obs, info = env.reset(seed=args.seed)
@@ -556,7 +587,7 @@ def main() -> None:
         start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
     # A resumed run starts fresh episodes from a different env seed (EnvPool state is not saved).
     envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1,
-                        episodic_life=True, reward_clip=True)  # fmt: skip
+                        max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
     num_actions = envs.action_space.n
 
     agent = Agent(num_actions, args.separate_networks).to(device)
@@ -571,8 +602,8 @@ def main() -> None:
     embeddings: dict[str, list[np.ndarray]] = {"features": [], "values": [], "iteration": [], "global_step": []}
     if args.save_embeddings and os.path.exists(embeddings_path):
         with np.load(embeddings_path) as saved_embeddings:
-            for key in embeddings:
-                embeddings[key].append(saved_embeddings[key])
+            for key, chunks in embeddings.items():
+                chunks.append(saved_embeddings[key])
 
     # Rollout storage on the training device; pixels stay uint8 until the network.
     rollout_shape = (args.num_steps, args.num_envs)
@@ -604,7 +635,9 @@ def main() -> None:
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / args.num_iterations) * args.scaled_learning_rate
+            optimizer.param_groups[0]["lr"] = (
+                1.0 - (iteration - 1.0) / args.num_iterations
+            ) * args.scaled_learning_rate
 
         for step in range(args.num_steps):
             if stop_signal:
@@ -629,7 +662,9 @@ def main() -> None:
             game_return += info["reward"]  # unclipped reward; 0 on reset steps
             game_over = info["terminated"].astype(bool) | truncations
             if game_over.any():
-                for finished_return, finished_length in zip(game_return[game_over], info["elapsed_step"][game_over]):
+                for finished_return, finished_length in zip(
+                    game_return[game_over], info["elapsed_step"][game_over], strict=True
+                ):
                     writer.add_scalar("charts/episodic_return", finished_return, global_step)
                     writer.add_scalar("charts/episodic_length", finished_length, global_step)
                     recent_returns.append(float(finished_return))
@@ -652,10 +687,12 @@ def main() -> None:
         batch_values = rollout_values.reshape(-1)
         batch_valid = rollout_valid.reshape(-1)
 
-        measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
+        measure = args.metrics_interval > 0 and (
+            iteration % args.metrics_interval == 0 or iteration == args.num_iterations
+        )
         grad_norms, minibatch_stats = [], []
         gradient_kurtosis = None
-        for epoch in range(args.update_epochs):
+        for _epoch in range(args.update_epochs):
             permutation = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb = permutation[start : start + args.minibatch_size]
@@ -666,7 +703,9 @@ def main() -> None:
                 optimizer.zero_grad()
                 loss.backward()
                 if measure and gradient_kurtosis is None:
-                    gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
+                    gradient_kurtosis = metrics.gradient_kurtosis(
+                        p.grad for p in agent.parameters() if p.grad is not None
+                    )
                 grad_norms.append(nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm))
                 optimizer.step()
                 minibatch_stats.append(stats)
@@ -676,14 +715,22 @@ def main() -> None:
         valid = batch_valid.bool()
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         for name in minibatch_stats[0]:  # means over the update's minibatches
-            writer.add_scalar(f"losses/{name}", torch.stack([s[name] for s in minibatch_stats]).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", metrics.explained_variance(batch_values[valid], batch_returns[valid]), global_step)
+            writer.add_scalar(
+                f"losses/{name}", torch.stack([s[name] for s in minibatch_stats]).mean().item(), global_step
+            )
+        writer.add_scalar(
+            "losses/explained_variance",
+            metrics.explained_variance(batch_values[valid], batch_returns[valid]),
+            global_step,
+        )
         writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
 
         if measure:
             valid_index = torch.nonzero(valid).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
-            measured = measure_agent(agent, batch_obs[sample], batch_actions[sample], batch_logits[sample], args.dormant_tau)
+            measured = measure_agent(
+                agent, batch_obs[sample], batch_actions[sample], batch_logits[sample], args.batch_size, args.dormant_tau
+            )
             measured["grad_kurtosis"] = gradient_kurtosis
             measured["grad_norm"] = torch.stack(grad_norms).mean().item()
             for name, value in measured.items():
@@ -711,7 +758,9 @@ def main() -> None:
     if stop_signal:
         save_checkpoint(checkpoint_path, agent, optimizer, args, completed_iteration, global_step)
         writer.close()
-        print(f"\nstopped by signal {stop_signal[0]}: checkpoint at {checkpoint_path}; continue with --resume {checkpoint_path}")
+        print(
+            f"\nstopped by signal {stop_signal[0]}: checkpoint at {checkpoint_path}; continue with --resume {checkpoint_path}"
+        )
         sys.exit(128 + stop_signal[0])
 
     progress.update(global_step, np.mean(recent_returns) if recent_returns else float("nan"), final=True)

@@ -1,0 +1,46 @@
+# The two commands of the README: `make demo` and `make test`. Both create .venv and
+# install what is missing (Python packages; system packages where a script needs one).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+DEMO_DIR := demo_runs
+
+.PHONY: setup demo test lint format bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch alone first, from its exact pin, so that nothing else chooses its build
+	$(PY) -m pip install --quiet "$$(grep '^torch==' requirements.txt)"
+	$(PY) -m pip install --quiet -r requirements.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# A short PPO Breakout run on the CPU (about 2-4 minutes on 2 cores): TensorBoard logs
+# under demo_runs/ and a PNG of the learning curve.
+demo: $(STAMP)
+	rm -rf $(DEMO_DIR)
+	$(PY) ppo_atari_envpool.py --env-id Breakout-v5 --total-timesteps 24576 --metrics-interval 4 \
+		--runs-dir $(DEMO_DIR)
+	$(PY) sweeps/aggregate.py curves $(DEMO_DIR)/Breakout-v5__* --smooth 5 --out $(DEMO_DIR)/learning_curve.png
+	@echo "TensorBoard: $(PY) -m tensorboard.main --logdir $(DEMO_DIR)"
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+bench: $(STAMP)
+	$(PY) benchmarks/sps.py
+
+clean:
+	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache

@@ -1,0 +1,123 @@
+"""metrics.py against answers computed by hand."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import metrics
+
+
+def test_feature_rank_of_rank_three_matrix_is_three():
+    torch.manual_seed(0)
+    features = torch.randn(200, 3) @ torch.randn(3, 64)  # rank 3 by construction
+    assert metrics.feature_rank(features) == 3
+
+
+def test_feature_rank_threshold_counts_squared_singular_values():
+    # energies 100 and 1: the first holds 100/101 = 99.0099 % >= 99 %, so rank 1
+    assert metrics.feature_rank(torch.diag(torch.tensor([10.0, 1.0]))) == 1
+    # energies 100 and 4: 100/104 = 96.2 % < 99 %, so both are needed
+    assert metrics.feature_rank(torch.diag(torch.tensor([10.0, 2.0]))) == 2
+    assert metrics.feature_rank(torch.eye(5)) == 5
+    assert metrics.feature_rank(torch.zeros(4, 3)) == 0
+
+
+def test_feature_rank_is_uncentred():
+    # identical rows: rank 1 uncentred (the mean is a direction), 0 energy once centred
+    features = torch.ones(10, 4)
+    assert metrics.feature_rank(features) == 1
+
+
+def test_dormant_percentage_dense_and_conv_layers():
+    # dense layer: per-neuron mean |h| = [1, 1, 1, 0]; layer mean 0.75; neuron 4 scores 0 -> dormant
+    dense = torch.tensor([[1.0, 2.0, 0.5, 0.0], [1.0, 0.0, 1.5, 0.0]])
+    assert metrics.dormant_percentage([dense]) == pytest.approx(25.0)
+    # conv layer: channel = neuron, averaged over batch and space: means [1, 0.01],
+    # layer mean 0.505, channel 2 scores 0.0198 <= 0.025 -> dormant
+    conv = torch.stack([torch.ones(2, 2), torch.full((2, 2), 0.01)]).unsqueeze(0)
+    assert metrics.dormant_percentage([conv]) == pytest.approx(50.0)
+    # over both layers: 2 dormant neurons out of 6
+    assert metrics.dormant_percentage([dense, conv]) == pytest.approx(100 * 2 / 6)
+    # a larger tau makes channel 2 of a (1, 0.03) layer dormant, the default does not
+    conv_b = torch.stack([torch.ones(1, 1), torch.full((1, 1), 0.03)]).unsqueeze(0)
+    assert metrics.dormant_percentage([conv_b]) == 0.0
+    assert metrics.dormant_percentage([conv_b], tau=0.1) == pytest.approx(50.0)
+
+
+def test_weight_norm_is_l2_over_all_parameters():
+    assert metrics.weight_norm([torch.tensor([3.0]), torch.tensor([[4.0, 0.0]])]) == pytest.approx(5.0)
+
+
+def test_gradient_kurtosis_of_known_sample():
+    # L = log|G| = [-2, -1, 0, 1, 2]: mean 0, E[L^2] = 2, E[L^4] = 6.8, K = 6.8 / 4 = 1.7
+    gradients = [torch.exp(torch.tensor([-2.0, -1.0])), -torch.exp(torch.tensor([[0.0, 1.0, 2.0]]))]
+    assert metrics.gradient_kurtosis(gradients) == pytest.approx(1.7, rel=1e-5)
+    # a symmetric two-point distribution has kurtosis exactly 1
+    assert metrics.gradient_kurtosis([torch.tensor([1.0, math.e**2])]) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_global_grad_norm():
+    assert metrics.global_grad_norm([torch.tensor([3.0]), torch.tensor([4.0])]).item() == pytest.approx(5.0)
+
+
+def test_ess_percentage():
+    assert metrics.ess_percentage(torch.full((64,), 1.3)) == pytest.approx(100.0)
+    # one ratio carries all the weight: ESS = 1 of 4 samples
+    assert metrics.ess_percentage(torch.tensor([2.0, 0.0, 0.0, 0.0])) == pytest.approx(25.0)
+    # r = [1, 3]: (4)^2 / (2 * 10) = 80 %
+    assert metrics.ess_percentage(torch.tensor([1.0, 3.0])) == pytest.approx(80.0)
+
+
+def test_categorical_kl_exact():
+    p = torch.log(torch.tensor([[0.5, 0.5]]))
+    q = torch.log(torch.tensor([[0.9, 0.1]]))
+    expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    assert metrics.categorical_kl(p, q).item() == pytest.approx(expected, rel=1e-6)
+    assert metrics.categorical_kl(q, q).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_gaussian_kl_exact():
+    # KL(N(0,1) || N(1,2)) = log 2 + (1 + 1) / 8 - 1/2
+    kl = metrics.gaussian_kl(torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), torch.full((1, 1), 2.0))
+    assert kl.item() == pytest.approx(math.log(2) + 0.25 - 0.5, rel=1e-6)
+    # summed over dimensions
+    kl2 = metrics.gaussian_kl(torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), torch.full((1, 2), 2.0))
+    assert kl2.item() == pytest.approx(2 * (math.log(2) - 0.25), rel=1e-6)
+
+
+def test_policy_variance():
+    # two deterministic, opposite states: each action's probability is 1 or 0 -> variance 1/4
+    assert metrics.categorical_policy_variance(torch.tensor([[1.0, 0.0], [0.0, 1.0]])) == pytest.approx(0.25)
+    assert metrics.categorical_policy_variance(torch.full((5, 3), 1 / 3)) == pytest.approx(0.0)
+    # Gaussian: means [0, 2] (variance 1) and a shared std (variance 0) -> average 0.5
+    mean = torch.tensor([[0.0], [2.0]])
+    assert metrics.gaussian_policy_variance(mean, torch.ones(1)) == pytest.approx(0.5)
+
+
+def test_ddr_and_explained_variance():
+    assert metrics.data_to_divergence_ratio(1024, 0.01) == pytest.approx(102400.0)
+    target = torch.tensor([1.0, 2.0, 3.0])
+    assert metrics.explained_variance(target, target) == pytest.approx(1.0)
+    assert metrics.explained_variance(torch.full((3,), 2.0), target) == pytest.approx(0.0)
+
+
+def test_grid_coverage_counts_occupied_cells():
+    points = np.array([[0.0, 0.0], [0.1, 0.1], [0.5, 0.5], [1.0, 1.0]])
+    # G = 4: cells (0,0), (0,0), (2,2), (3,3) (the edge 1.0 is clamped into the last cell)
+    assert metrics.grid_coverage(points, grid=4) == pytest.approx(3 / 16)
+    unit = metrics.rescale_to_unit_square(np.array([[2.0, -1.0], [4.0, 1.0], [3.0, 0.0]]))
+    np.testing.assert_allclose(unit, [[0.0, 0.0], [1.0, 1.0], [0.5, 0.5]])
+
+
+def test_score_normalisation():
+    assert metrics.human_normalized_score("Breakout-v5", 30.5) == pytest.approx(1.0)
+    assert metrics.human_normalized_score("Breakout", 1.7) == pytest.approx(0.0)
+    assert metrics.human_normalized_score("Pong-v5", np.array([-20.7, 14.6])) == pytest.approx([0.0, 1.0])
+    for game in metrics.ATARI_10 + metrics.HARD_EXPLORATION:
+        assert game in metrics.ATARI_RANDOM_HUMAN
+    assert metrics.procgen_normalized_score("BigfishEasy-v0", 40.0) == pytest.approx(1.0)
+    assert metrics.procgen_normalized_score("StarpilotEasy-v0", 2.5) == pytest.approx(0.0)
+    with pytest.raises(KeyError):
+        metrics.human_normalized_score("NoSuchGame-v5", 1.0)
