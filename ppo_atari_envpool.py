@@ -546,8 +546,12 @@ def main() -> None:
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        saved = checkpoint["args"]
-        args = Args(**{**saved, **{name: getattr(args, name) for name in RUNTIME_FLAGS}})
+        if (
+            not isinstance(checkpoint, dict)
+            or not {"args", "model", "optimizer", "iteration", "rng"} <= checkpoint.keys()
+        ):
+            fail(f"--resume {args.resume!r} is not a checkpoint.pt of ppo_atari_envpool.py")
+        args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in RUNTIME_FLAGS}})
     args = validate_and_derive(args)
 
     if checkpoint is not None:

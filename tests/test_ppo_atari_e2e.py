@@ -129,6 +129,19 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fr
     assert not os.path.exists(tmp_path / "runs") or os.listdir(tmp_path / "runs") == []
 
 
+def test_resume_rejects_a_file_that_is_not_a_checkpoint(tmp_path, monkeypatch, capsys):
+    model_only = tmp_path / "model.pt"
+    torch.save({"weight": torch.zeros(2)}, model_only)
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    for path, fragment in ((model_only, "is not a checkpoint.pt"), (tmp_path / "junk.pt", "not a readable checkpoint")):
+        monkeypatch.setattr(sys, "argv", [SCRIPT, "--resume", str(path)])
+        with pytest.raises(SystemExit) as exit_info:
+            ppo_atari_envpool.main()
+        assert exit_info.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and fragment in lines[0]
+
+
 @pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--num-minibatches", "3"], ["--resume", "/nope.pt"]])
 def test_bad_flags_from_the_shell(tmp_path, flags):
     result = run_script(SCRIPT, "--runs-dir", str(tmp_path), *flags)
