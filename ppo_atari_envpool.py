@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 import numpy as np
@@ -187,7 +187,11 @@ def validate_and_derive(args: Args) -> Args:
             fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     if args.target_kl is not None and args.target_kl <= 0:
         fail(f"--target-kl must be > 0, got {args.target_kl}")
-    if args.env_id not in envpool.list_all_envs() or type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
+    try:
+        is_atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
+    except Exception:  # noqa: BLE001 - unknown ids, and families whose runtime is missing (Procgen without Qt)
+        is_atari = False
+    if not is_atari:
         fail(f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)")
 
     args.batch_size = args.num_envs * args.num_steps
@@ -549,6 +553,8 @@ def main() -> None:
         if (
             not isinstance(checkpoint, dict)
             or not {"args", "model", "optimizer", "iteration", "rng"} <= checkpoint.keys()
+            or not isinstance(checkpoint["args"], dict)
+            or not checkpoint["args"].keys() <= {field.name for field in fields(Args)}  # another script's run
         ):
             fail(f"--resume {args.resume!r} is not a checkpoint.pt of ppo_atari_envpool.py")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in RUNTIME_FLAGS}})

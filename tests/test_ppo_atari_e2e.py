@@ -102,6 +102,7 @@ BAD_FLAGS = [
     (["--total-timesteps", "100"], "smaller than one batch"),
     (["--env-id", "NoSuchGame-v5"], "not an EnvPool Atari task"),
     (["--env-id", "Ant-v5"], "not an EnvPool Atari task"),
+    (["--env-id", "BigfishEasy-v0"], "not an EnvPool Atari task"),  # Procgen, with or without Qt
     (["--learning-rate", "-0.1"], "--learning-rate must be > 0"),
     (["--ent-coef", "-1"], "--ent-coef must be >= 0"),
     (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
@@ -133,7 +134,14 @@ def test_resume_rejects_a_file_that_is_not_a_checkpoint(tmp_path, monkeypatch, c
     model_only = tmp_path / "model.pt"
     torch.save({"weight": torch.zeros(2)}, model_only)
     (tmp_path / "junk.pt").write_text("not a checkpoint")
-    for path, fragment in ((model_only, "is not a checkpoint.pt"), (tmp_path / "junk.pt", "not a readable checkpoint")):
+    other_script = tmp_path / "pqn_checkpoint.pt"  # right keys, but another script's flags
+    torch.save({"args": {"q_lambda": 0.65}, "model": {}, "optimizer": {}, "iteration": 1, "rng": {}}, other_script)
+    cases = (
+        (model_only, "is not a checkpoint.pt"),
+        (tmp_path / "junk.pt", "not a readable checkpoint"),
+        (other_script, "is not a checkpoint.pt of ppo_atari_envpool.py"),
+    )
+    for path, fragment in cases:
         monkeypatch.setattr(sys, "argv", [SCRIPT, "--resume", str(path)])
         with pytest.raises(SystemExit) as exit_info:
             ppo_atari_envpool.main()

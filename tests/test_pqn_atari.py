@@ -1,0 +1,296 @@
+"""pqn_atari.py: Q(lambda) targets, exploration and loss on hand-made tensors; tiny end-to-end runs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, only_run_dir, read_scalars, run_script
+
+import pqn_atari
+from pqn_atari import compute_q_lambda_targets, epsilon_greedy, epsilon_schedule, td_loss
+
+SCRIPT = "pqn_atari.py"
+
+# Every tag of the SPEC that pqn_atari.py writes.
+PQN_TAGS = {
+    "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate", "charts/epsilon",
+    "losses/td_loss", "losses/q_values",
+    "metrics/feature_rank", "metrics/dormant_pct", "metrics/weight_norm", "metrics/grad_kurtosis",
+    "metrics/grad_norm", "metrics/q_mean",
+}  # fmt: skip
+
+
+def targets(rewards, next_max_q, terminations, truncations, valid, gamma=0.5, q_lambda=0.5):
+    """Columns are environments: each argument is a list of rows (T, N)."""
+    table = lambda xs: torch.tensor(xs, dtype=torch.float32)  # noqa: E731
+    return compute_q_lambda_targets(table(rewards), table(next_max_q), table(terminations), table(truncations),
+                                    table(valid), gamma, q_lambda)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------
+# Q(lambda) targets
+# --------------------------------------------------------------------------------------
+
+
+def test_q_lambda_targets_termination_and_reset_step():
+    # gamma = lambda = 0.5; two environments side by side (rows are time steps).
+    # env 0: t=1 terminates (a lost life), t=2 is EnvPool's reset step, the last row.
+    #   t=2: reset step -> 0 (masked)
+    #   t=1: termination, no bootstrap: G = r = 2
+    #   t=0: 1 + 0.5 * (0.5 * maxQ(s_1)=4 + 0.5 * G_1=2) = 1 + 0.5 * 3 = 2.5
+    # env 1: no episode end.
+    #   t=2 (last row): 2 + 0.5 * maxQ(next_obs)=4 = 4
+    #   t=1: 0 + 0.5 * (0.5 * 4 + 0.5 * 4) = 2
+    #   t=0: 1 + 0.5 * (0.5 * 6 + 0.5 * 2) = 3
+    result = targets(rewards=[[1, 1], [2, 0], [0, 2]], next_max_q=[[4, 6], [8, 4], [6, 4]],
+                     terminations=[[0, 0], [1, 0], [0, 0]], truncations=[[0, 0], [0, 0], [0, 0]],
+                     valid=[[1, 1], [1, 1], [0, 1]])  # fmt: skip
+    assert result[:, 0].tolist() == pytest.approx([2.5, 2.0, 0.0])
+    assert result[:, 1].tolist() == pytest.approx([3.0, 2.0, 4.0])
+
+
+def test_q_lambda_targets_truncation_bootstraps_from_the_last_observation():
+    # env 0 of the test above, but t=1 is a time-limit truncation: next_max_q[1] = 8 is
+    # max_a Q of the real last observation (stored as the reset step's observation).
+    #   t=1: 2 + 0.5 * 8 = 6 (full bootstrap, no lambda continuation into the reset step;
+    #        with one it would be 2 + 0.5 * (0.5 * 8 + 0.5 * 0) = 4)
+    #   t=0: 1 + 0.5 * (0.5 * 4 + 0.5 * 6) = 3.5
+    result = targets(rewards=[[1], [2], [0]], next_max_q=[[4], [8], [6]], terminations=[[0], [0], [0]],
+                     truncations=[[0], [1], [0]], valid=[[1], [1], [0]])  # fmt: skip
+    assert result[:, 0].tolist() == pytest.approx([3.5, 6.0, 0.0])
+    # A truncation in the last row bootstraps from max_a Q(next_obs), the real last observation.
+    result = targets(rewards=[[1]], next_max_q=[[8]], terminations=[[0]], truncations=[[1]], valid=[[1]])
+    assert result[:, 0].tolist() == pytest.approx([5.0])
+    # A termination that is also a truncation does not bootstrap.
+    result = targets(rewards=[[1]], next_max_q=[[8]], terminations=[[1]], truncations=[[1]], valid=[[1]])
+    assert result[:, 0].tolist() == pytest.approx([1.0])
+
+
+def test_q_lambda_limits_are_one_step_td_and_discounted_return():
+    rewards, next_max_q = [[1], [2], [3]], [[10], [20], [30]]
+    no_end = dict(terminations=[[0], [0], [0]], truncations=[[0], [0], [0]], valid=[[1], [1], [1]])
+    # lambda = 0: one-step targets r_t + gamma * max_a Q(s_{t+1})
+    one_step = targets(rewards, next_max_q, **no_end, gamma=0.5, q_lambda=0.0)
+    assert one_step[:, 0].tolist() == pytest.approx([6.0, 12.0, 18.0])
+    # lambda = 1: discounted rewards bootstrapped once, after the last row
+    monte_carlo = targets(rewards, next_max_q, **no_end, gamma=0.5, q_lambda=1.0)
+    # t=2: 3 + 15 = 18; t=1: 2 + 9 = 11; t=0: 1 + 5.5 = 6.5
+    assert monte_carlo[:, 0].tolist() == pytest.approx([6.5, 11.0, 18.0])
+
+
+# --------------------------------------------------------------------------------------
+# Exploration and loss
+# --------------------------------------------------------------------------------------
+
+
+def test_epsilon_schedule_start_middle_end():
+    assert epsilon_schedule(0, 1.0, 0.01, 1000) == pytest.approx(1.0)
+    assert epsilon_schedule(500, 1.0, 0.01, 1000) == pytest.approx(0.505)
+    assert epsilon_schedule(1000, 1.0, 0.01, 1000) == pytest.approx(0.01)
+    assert epsilon_schedule(10**9, 1.0, 0.01, 1000) == pytest.approx(0.01)
+    assert epsilon_schedule(0, 1.0, 0.01, 0) == pytest.approx(0.01)  # --exploration-fraction 0
+
+
+def test_epsilon_greedy_is_greedy_at_zero_and_uniform_at_one():
+    torch.manual_seed(0)
+    q_values = torch.tensor([[0.0, 3.0, 1.0, 2.0]]).repeat(4000, 1)
+    assert (epsilon_greedy(q_values, 0.0) == 1).all()
+    counts = torch.bincount(epsilon_greedy(q_values, 1.0), minlength=4).double() / 4000
+    assert counts.tolist() == pytest.approx([0.25] * 4, abs=0.04)
+    # epsilon 0.5: greedy half the time, plus its share of the uniform half
+    greedy_share = (epsilon_greedy(q_values, 0.5) == 1).double().mean().item()
+    assert greedy_share == pytest.approx(0.5 + 0.5 / 4, abs=0.04)
+
+
+def test_td_loss_hand_computed_and_ignores_masked_entries():
+    loss, stats = td_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0]), torch.ones(2))
+    assert loss.item() == pytest.approx(0.5 * (1.0 + 4.0) / 2)
+    assert stats["q_values"].item() == pytest.approx(2.0)
+    q_taken = torch.tensor([1.0, 50.0], requires_grad=True)
+    masked, stats = td_loss(q_taken, torch.tensor([0.0, -9.0]), torch.tensor([1.0, 0.0]))
+    assert masked.item() == pytest.approx(0.5)  # only the first entry counts
+    assert stats["q_values"].item() == pytest.approx(1.0)
+    masked.backward()
+    assert q_taken.grad.tolist() == pytest.approx([1.0, 0.0])  # no gradient through the masked entry
+
+
+def test_q_network_layernorm_before_every_hidden_relu():
+    network = pqn_atari.QNetwork(num_actions=6)
+    layers = list(network.encoder)
+    relus = [i for i, layer in enumerate(layers) if isinstance(layer, torch.nn.ReLU)]
+    assert len(relus) == 4 and all(isinstance(layers[i - 1], torch.nn.LayerNorm) for i in relus)
+    activations = []
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    features = network.features(obs, activations)
+    assert features.shape == (3, 512) and len(activations) == 4
+    assert network(obs).shape == (3, 6)
+
+
+# --------------------------------------------------------------------------------------
+# End to end
+# --------------------------------------------------------------------------------------
+
+
+def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
+    result = run_script(SCRIPT, *tiny_ppo_flags, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3",
+                        "--exploration-fraction", "0.5", "--save-model", "--save-embeddings",
+                        "--embeddings-per-iteration", "10", "--capture-video", "--track")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert os.path.basename(run_dir).startswith("Breakout-v5__pqn_atari__1__")
+
+    scalars = read_scalars(run_dir)
+    assert PQN_TAGS <= set(scalars), PQN_TAGS - set(scalars)
+    # 256 steps / 32 per iteration = 8 iterations, metrics on 2, 4, 6, 8
+    assert [step for step, _ in scalars["charts/SPS"]] == [32 * i for i in range(1, 9)]
+    assert [step for step, _ in scalars["metrics/feature_rank"]] == [64, 128, 192, 256]
+    for tag in PQN_TAGS:
+        assert all(np.isfinite(value) for _, value in scalars[tag]), tag
+    assert all(1 <= value <= 24 for _, value in scalars["metrics/feature_rank"])  # at most the metrics batch
+    assert all(0 <= value <= 100 for _, value in scalars["metrics/dormant_pct"])
+    # epsilon of each iteration's last step: decays over the first 128 steps, then stays at 0.01
+    epsilons = [value for _, value in scalars["charts/epsilon"]]
+    assert epsilons[0] == pytest.approx(1.0 - 0.99 * 30 / 128)
+    assert epsilons == sorted(epsilons, reverse=True) and epsilons[-4:] == pytest.approx([0.01] * 4)
+    returns = [value for _, value in scalars["charts/episodic_return"]]
+    assert all(value >= 0 for value in returns) and len(returns) >= 2  # Breakout scores are never negative
+
+    args = json.load(open(os.path.join(run_dir, "args.json")))
+    assert args["batch_size"] == 32 and args["minibatch_size"] == 16 and args["num_iterations"] == 8
+    assert args["q_lambda"] == 0.65 and args["adam_eps"] == 1e-8 and args["max_grad_norm"] == 10.0
+
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)  # plain data only
+    assert checkpoint["iteration"] == 8 and checkpoint["global_step"] == 256
+    model = torch.load(os.path.join(run_dir, "pqn_atari.cleanrl_model"), weights_only=True)
+    assert set(model) == set(checkpoint["model"])
+
+    embeddings = np.load(os.path.join(run_dir, "embeddings.npz"))
+    assert embeddings["features"].shape == (40, 512) and embeddings["values"].shape == (40,)
+    assert sorted(set(embeddings["iteration"].tolist())) == [2, 4, 6, 8]
+
+    videos = os.listdir(os.path.join(run_dir, "videos"))
+    assert any(name.endswith(".mp4") for name in videos), videos
+    assert os.path.isdir(os.path.join(run_dir, "wandb"))
+
+
+def test_seeded_runs_are_reproducible(tmp_path, tiny_ppo_flags):
+    logged = []
+    for name in ("a", "b"):
+        result = run_script(SCRIPT, *tiny_ppo_flags, "--seed", "3", "--runs-dir", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr
+        logged.append(read_scalars(only_run_dir(tmp_path / name)))
+    for tag in ("losses/td_loss", "losses/q_values", "metrics/grad_kurtosis", "metrics/q_mean"):
+        assert logged[0][tag] == logged[1][tag], tag
+
+
+def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
+    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    # The first progress line is printed after the first iteration.
+    for line in process.stdout:
+        if line.startswith("step "):
+            break
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert "--resume" in stdout
+    run_dir = only_run_dir(tmp_path)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    interrupted_at = checkpoint["iteration"]
+    assert 1 <= interrupted_at < 40 and checkpoint["global_step"] == 32 * interrupted_at
+
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    assert only_run_dir(tmp_path) == run_dir  # same run directory
+    final = torch.load(checkpoint_path, weights_only=True)
+    assert final["iteration"] == 40 and final["global_step"] == 1280
+    scalars = read_scalars(run_dir)
+    steps = [step for step, _ in scalars["charts/SPS"]]
+    assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
+    assert [step for step, _ in scalars["losses/td_loss"]] == steps
+
+
+BAD_FLAGS = [
+    (["--num-envs", "0"], "--num-envs must be positive"),
+    (["--num-minibatches", "3"], "does not divide batch_size"),
+    (["--minibatch-size", "5000"], "--minibatch-size must be in [1, batch_size=1024]"),
+    (["--minibatch-size", "100"], "does not divide batch_size"),
+    (["--total-timesteps", "100"], "smaller than one batch"),
+    (["--env-id", "NoSuchGame-v5"], "not an EnvPool Atari task"),
+    (["--env-id", "Ant-v5"], "not an EnvPool Atari task"),
+    (["--learning-rate", "-0.1"], "--learning-rate must be > 0"),
+    (["--max-grad-norm", "0"], "--max-grad-norm must be > 0"),
+    (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
+    (["--q-lambda", "-0.1"], "--q-lambda must be in [0, 1]"),
+    (["--start-e", "2"], "--start-e must be in [0, 1]"),
+    (["--end-e", "-0.01"], "--end-e must be in [0, 1]"),
+    (["--exploration-fraction", "1.5"], "--exploration-fraction must be in [0, 1]"),
+    (["--metrics-interval", "-1"], "--metrics-interval must be >= 0"),
+    (["--max-episode-steps", "0"], "--max-episode-steps must be positive"),
+    (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
+    (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
+    (["--num-envs", "eight"], "--num-envs"),
+    (["--lr-scaling", "cubic"], "--lr-scaling"),
+    (["--no-such-flag", "1"], "--no-such-flag"),
+]
+
+
+@pytest.mark.parametrize("flags, fragment", BAD_FLAGS)
+def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
+    """In-process for speed: main() must exit 2 before making anything, with one stderr line."""
+    monkeypatch.setattr(sys, "argv", [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
+    with pytest.raises(SystemExit) as exit_info:
+        pqn_atari.main()
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    assert fragment in lines[0]
+    assert captured.out == ""
+    assert not os.path.exists(tmp_path / "runs") or os.listdir(tmp_path / "runs") == []
+
+
+def test_resume_rejects_a_file_that_is_not_a_pqn_checkpoint(tmp_path, monkeypatch, capsys):
+    model_only = tmp_path / "model.pt"
+    torch.save({"weight": torch.zeros(2)}, model_only)
+    ppo_checkpoint = tmp_path / "ppo_checkpoint.pt"  # another script's flags (gae_lambda) do not fit Args
+    torch.save({"args": {"gae_lambda": 0.95}, "model": {}, "optimizer": {}, "iteration": 1, "rng": {}}, ppo_checkpoint)
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    for path, fragment in ((model_only, "is not a checkpoint.pt of pqn_atari.py"),
+                           (ppo_checkpoint, "is not a checkpoint.pt of pqn_atari.py"),
+                           (tmp_path / "junk.pt", "not a readable checkpoint")):  # fmt: skip
+        monkeypatch.setattr(sys, "argv", [SCRIPT, "--resume", str(path)])
+        with pytest.raises(SystemExit) as exit_info:
+            pqn_atari.main()
+        assert exit_info.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and fragment in lines[0], lines
+
+
+def test_bad_flag_from_the_shell(tmp_path):
+    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), "--q-lambda", "2")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+    assert "--q-lambda must be in [0, 1]" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_minibatch_size_and_lr_scaling_derive_the_rest():
+    args = pqn_atari.validate_and_derive(
+        pqn_atari.Args(num_envs=32, num_steps=16, minibatch_size=64, lr_scaling="sqrt", runs_dir="/tmp")
+    )
+    assert args.batch_size == 512 and args.num_minibatches == 8 and args.minibatch_size == 64
+    assert args.scaled_learning_rate == pytest.approx(2.5e-4 * 2)  # k = 32 / 8 = 4
+    args = pqn_atari.validate_and_derive(pqn_atari.Args(num_envs=16, lr_scaling="linear", runs_dir="/tmp"))
+    assert args.minibatch_size == 2048 // 4 and args.scaled_learning_rate == pytest.approx(5e-4)
+    assert args.num_iterations == 10_000_000 // 2048
+    args = pqn_atari.validate_and_derive(pqn_atari.Args(num_envs=16, lr_scaling="inverse", runs_dir="/tmp"))
+    assert args.scaled_learning_rate == pytest.approx(1.25e-4)
