@@ -1030,7 +1030,6 @@ def main() -> None:
             metrics.explained_variance(batch_ext_values[batch_valid_bool], batch_ext_returns[batch_valid_bool]),
             global_step,
         )
-        writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
 
         if measure:
             valid_index = torch.nonzero(batch_valid_bool).squeeze(1)
@@ -1053,6 +1052,8 @@ def main() -> None:
                 embeddings["iteration"].append(np.full(keep.numel(), iteration))
                 embeddings["global_step"].append(np.full(keep.numel(), global_step))
 
+        # After the metrics, so that SPS counts everything an iteration costs.
+        writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
         completed_iteration = iteration
         progress.update(global_step, np.mean(recent_returns) if recent_returns else float("nan"))
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:

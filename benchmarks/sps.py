@@ -1,13 +1,15 @@
-"""Throughput of ppo_atari_envpool.py next to EnvPool's raw stepping rate, in one run.
+"""Throughput of the training scripts next to EnvPool's raw stepping rate, in one run.
 
-    python benchmarks/sps.py                      # defaults: Breakout-v5, 8 envs x 128 steps
-    python benchmarks/sps.py --num-envs 64 --total-timesteps 262144 --cuda
+    python benchmarks/sps.py                      # all Atari scripts, Breakout-v5, 8 envs x 128 steps
+    python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 64 --total-timesteps 655360 --cuda
 
 Prints, measured on this machine in this one invocation:
   1. EnvPool's raw rate for the same num_envs with random actions (no learning);
-  2. the training SPS with metrics off (--metrics-interval 0) and with metrics at the
-     default interval, alternated `--repeats` times (median of each);
+  2. for each script, the training SPS with metrics off (--metrics-interval 0) and with
+     metrics at the default interval, alternated `--repeats` times (median of each);
   3. the ratios: training / raw, and the throughput cost of the metrics (target < 5 %).
+Every script runs the same task and batch shape (ppo_rnd_atari.py with a one-iteration
+observation-normalisation warm-up, which is not timed).
 Training SPS is the script's own charts/SPS at the end of the run (env steps per second
 of the training loop, imports and env creation excluded).
 """
@@ -29,16 +31,22 @@ import tyro
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Flags a script needs beyond the shared ones for a short benchmark run.
+EXTRA_FLAGS = {"ppo_rnd_atari.py": ["--num-iterations-obs-norm-init", "1"]}
+
+
 @dataclass
 class Args:
+    scripts: tuple[str, ...] = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "pqn_atari.py", "ppo_rnd_atari.py")
+    """training scripts to measure"""
     env_id: str = "Breakout-v5"
     """EnvPool Atari task"""
     num_envs: int = 8
     """parallel environments (as --num-envs)"""
     num_steps: int = 128
     """rollout length (as --num-steps)"""
-    total_timesteps: int = 20 * 1024
-    """steps per training run; use at least 2 x metrics-interval iterations"""
+    total_timesteps: int = 10 * 1024
+    """steps per training run: metrics-interval iterations, so metrics fire exactly once (the last)"""
     metrics_interval: int = 10
     """the interval measured against metrics off (the script's default is 10)"""
     repeats: int = 2
@@ -64,11 +72,11 @@ def raw_envpool_sps(env_id: str, num_envs: int, steps: int) -> float:
     return steps * num_envs / elapsed
 
 
-def training_sps(args: Args, metrics_interval: int) -> float:
+def training_sps(args: Args, script: str, metrics_interval: int) -> float:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as runs_dir:
-        command = [sys.executable, os.path.join(ROOT, "ppo_atari_envpool.py"), "--env-id", args.env_id,
+        command = [sys.executable, os.path.join(ROOT, script), "--env-id", args.env_id, *EXTRA_FLAGS.get(script, []),
                    "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
                    "--total-timesteps", str(args.total_timesteps), "--metrics-interval", str(metrics_interval),
                    "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda"]  # fmt: skip
@@ -84,24 +92,20 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, device {'cuda' if args.cuda else 'cpu'}; {args.env_id}, "
           f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps:,} steps per training run")  # fmt: skip
     raw = raw_envpool_sps(args.env_id, args.num_envs, args.raw_steps)
-    off, on = [], []
-    for _ in range(args.repeats):
-        off.append(training_sps(args, 0))
-        on.append(training_sps(args, args.metrics_interval))
-    sps_off, sps_on = statistics.median(off), statistics.median(on)
-    rows = [
-        ("EnvPool raw step rate (random actions)", f"{raw:,.0f}"),
-        ("training, metrics off", f"{sps_off:,.0f}  (runs: {', '.join(f'{x:.0f}' for x in off)})"),
-        (
-            f"training, metrics every {args.metrics_interval} iterations",
-            f"{sps_on:,.0f}  (runs: {', '.join(f'{x:.0f}' for x in on)})",
-        ),
-        ("training (metrics off) / raw EnvPool", f"{sps_off / raw:.3f}"),
-        ("metrics on / metrics off", f"{sps_on / sps_off:.3f}"),
-        ("throughput cost of the metrics", f"{100 * (1 - sps_on / sps_off):.1f} %  (target < 5 %)"),
-    ]
-    width = max(len(name) for name, _ in rows)
-    print("\n".join(f"{name:<{width}}  {value}" for name, value in rows))
+    rows = [("EnvPool raw step rate (random actions)", f"{raw:,.0f}", "", "", "")]
+    for script in args.scripts:
+        off, on = [], []
+        for _ in range(args.repeats):
+            off.append(training_sps(args, script, 0))
+            on.append(training_sps(args, script, args.metrics_interval))
+        sps_off, sps_on = statistics.median(off), statistics.median(on)
+        runs = f"off {', '.join(f'{x:.0f}' for x in off)}; on {', '.join(f'{x:.0f}' for x in on)}"
+        cost = f"{100 * (1 - sps_on / sps_off):.1f} %"
+        rows.append((script, f"{sps_off:,.0f}", f"{sps_on:,.0f}", f"{sps_off / raw:.3f}", cost + f"  ({runs})"))
+    header = ("", "SPS metrics off", f"SPS metrics every {args.metrics_interval}", "off / raw", "metrics cost (< 5 %)")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[4])
 
 
 if __name__ == "__main__":
