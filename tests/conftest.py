@@ -2,6 +2,7 @@
 
 import glob
 import os
+import signal
 import subprocess
 import sys
 
@@ -57,3 +58,56 @@ def tiny_ppo_flags():
     return ["--no-cuda", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
             "--total-timesteps", "256", "--max-episode-steps", "40", "--metrics-interval", "2",
             "--metrics-batch", "24"]  # fmt: skip
+
+
+def usage_error(main, monkeypatch, capsys, argv):
+    """Run a script's main() in-process; it must exit 2 with one "error: ..." line and no stdout.
+
+    Returns that line. In-process because importing torch and EnvPool once is much faster
+    than once per bad flag; tests/test_*_e2e.py also check the real command line.
+    """
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    assert captured.out == ""
+    return lines[0]
+
+
+def interrupt_with_sigterm(script, flags, wait_for="step "):
+    """Start a script, send SIGTERM once a stdout line starts with `wait_for` (the first
+    progress line comes after the first iteration); it must save and exit 128 + SIGTERM.
+    Returns its stdout."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [sys.executable, script, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    for line in process.stdout:
+        if line.startswith(wait_for):
+            break
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert "--resume" in stdout
+    return stdout
+
+
+def check_run_artifacts(run_dir, exp_name, iterations, global_step, metric_iterations, embedding_rows):
+    """What --checkpoint-interval, --save-model, --save-embeddings, --capture-video and --track leave behind."""
+    import numpy as np
+    import torch
+
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)  # plain data only
+    assert checkpoint["iteration"] == iterations and checkpoint["global_step"] == global_step
+    model = torch.load(os.path.join(run_dir, f"{exp_name}.cleanrl_model"), weights_only=True)
+    assert set(model) == set(checkpoint["model"])
+    embeddings = np.load(os.path.join(run_dir, "embeddings.npz"))
+    assert embeddings["features"].shape == (embedding_rows, 512) and embeddings["values"].shape == (embedding_rows,)
+    assert sorted(set(embeddings["iteration"].tolist())) == list(metric_iterations)
+    videos = os.listdir(os.path.join(run_dir, "videos"))
+    assert any(name.endswith(".mp4") for name in videos), videos
+    assert os.path.isdir(os.path.join(run_dir, "wandb"))
+    return checkpoint

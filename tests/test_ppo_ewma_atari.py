@@ -1,13 +1,10 @@
 """ppo_ewma_atari.py: the decoupled loss, the EWMA proximal weights, and end to end."""
 
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import PPO_TAGS, ROOT, only_run_dir, read_scalars, run_script
+from conftest import PPO_TAGS, interrupt_with_sigterm, only_run_dir, read_scalars, run_script, usage_error
 from torch import nn
 
 import ppo_ewma_atari
@@ -108,15 +105,7 @@ def test_tiny_run_writes_every_tag(tmp_path, tiny_ppo_flags):
 def test_sigterm_and_resume_keep_the_proximal_policy(tmp_path, tiny_ppo_flags):
     flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
     flags[flags.index("--total-timesteps") + 1] = "1280"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
-    for line in process.stdout:
-        if line.startswith("step "):
-            break
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 128 + signal.SIGTERM, stderr
+    interrupt_with_sigterm(SCRIPT, flags)
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= interrupted["iteration"] < 40
@@ -143,13 +132,9 @@ def test_sigterm_and_resume_keep_the_proximal_policy(tmp_path, tiny_ppo_flags):
     ],
 )
 def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
-    monkeypatch.setattr(sys, "argv", [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
-    with pytest.raises(SystemExit) as exit_info:
-        ppo_ewma_atari.main()
-    assert exit_info.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0]
-    assert not os.path.exists(tmp_path / "runs") or os.listdir(tmp_path / "runs") == []
+    line = usage_error(ppo_ewma_atari.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
+    assert fragment in line
+    assert not os.path.exists(tmp_path / "runs")  # nothing was created
 
 
 def test_bad_flag_from_the_shell(tmp_path):

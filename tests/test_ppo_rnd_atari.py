@@ -2,14 +2,11 @@
 
 import json
 import os
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import PPO_TAGS, ROOT, only_run_dir, read_scalars, run_script
+from conftest import PPO_TAGS, interrupt_with_sigterm, only_run_dir, read_scalars, run_script, usage_error
 
 import ppo_atari_envpool
 import ppo_rnd_atari
@@ -261,25 +258,10 @@ def test_seeded_runs_are_reproducible_with_separate_networks(tmp_path):
     assert "metrics/feature_rank_critic" in logged[0]
 
 
-def start_and_interrupt(flags, wait_for):
-    """Start the script, send SIGTERM once a stdout line starts with `wait_for`; return (process, stdout)."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
-    for line in process.stdout:
-        if line.startswith(wait_for):
-            break
-    process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 128 + signal.SIGTERM, stderr
-    assert "--resume" in stdout
-    return process, stdout
-
-
 def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
     flags = [*TINY_FLAGS, "--runs-dir", str(tmp_path)]
     flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
-    start_and_interrupt(flags, "step ")  # the first progress line comes after the first iteration
+    interrupt_with_sigterm(SCRIPT, flags, "step ")  # the first progress line comes after the first iteration
     run_dir = only_run_dir(tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
@@ -313,7 +295,7 @@ def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
 
 def test_sigterm_during_the_warm_up_resumes_the_warm_up(tmp_path):
     flags = [*TINY_FLAGS, "--runs-dir", str(tmp_path), "--num-iterations-obs-norm-init", "100000"]
-    start_and_interrupt(flags, "observation-normalisation warm-up")
+    interrupt_with_sigterm(SCRIPT, flags, "observation-normalisation warm-up")
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     assert checkpoint["iteration"] == 0 and checkpoint["global_step"] == 0
@@ -358,28 +340,16 @@ BAD_FLAGS = [
 
 @pytest.mark.parametrize("flags, fragment", BAD_FLAGS)
 def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
-    """In-process for speed: main() must exit 2 before making anything, with one stderr line."""
-    monkeypatch.setattr(sys, "argv", [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
-    with pytest.raises(SystemExit) as exit_info:
-        ppo_rnd_atari.main()
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    assert fragment in lines[0]
-    assert captured.out == ""
-    assert not os.path.exists(tmp_path / "runs") or os.listdir(tmp_path / "runs") == []
+    line = usage_error(ppo_rnd_atari.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
+    assert fragment in line
+    assert not os.path.exists(tmp_path / "runs")  # nothing was created
 
 
 def test_resume_rejects_a_ppo_checkpoint(tmp_path, monkeypatch, capsys):
     ppo_like = tmp_path / "checkpoint.pt"
     torch.save({"args": {}, "model": {}, "optimizer": {}, "iteration": 1, "global_step": 32, "rng": {}}, ppo_like)
-    monkeypatch.setattr(sys, "argv", [SCRIPT, "--resume", str(ppo_like)])
-    with pytest.raises(SystemExit) as exit_info:
-        ppo_rnd_atari.main()
-    assert exit_info.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "is not a checkpoint.pt of ppo_rnd_atari.py" in lines[0]
+    line = usage_error(ppo_rnd_atari.main, monkeypatch, capsys, [SCRIPT, "--resume", str(ppo_like)])
+    assert "is not a checkpoint.pt of ppo_rnd_atari.py" in line
 
 
 def test_bad_flag_from_the_shell(tmp_path):

@@ -2,14 +2,11 @@
 
 import json
 import os
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, only_run_dir, read_scalars, run_script
+from conftest import check_run_artifacts, interrupt_with_sigterm, only_run_dir, read_scalars, run_script, usage_error
 
 import pqn_atari
 from pqn_atari import compute_q_lambda_targets, epsilon_greedy, epsilon_schedule, td_loss
@@ -164,18 +161,9 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     assert args["batch_size"] == 32 and args["minibatch_size"] == 16 and args["num_iterations"] == 8
     assert args["q_lambda"] == 0.65 and args["adam_eps"] == 1e-8 and args["max_grad_norm"] == 10.0
 
-    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)  # plain data only
-    assert checkpoint["iteration"] == 8 and checkpoint["global_step"] == 256
-    model = torch.load(os.path.join(run_dir, "pqn_atari.cleanrl_model"), weights_only=True)
-    assert set(model) == set(checkpoint["model"])
-
-    embeddings = np.load(os.path.join(run_dir, "embeddings.npz"))
-    assert embeddings["features"].shape == (40, 512) and embeddings["values"].shape == (40,)
-    assert sorted(set(embeddings["iteration"].tolist())) == [2, 4, 6, 8]
-
-    videos = os.listdir(os.path.join(run_dir, "videos"))
-    assert any(name.endswith(".mp4") for name in videos), videos
-    assert os.path.isdir(os.path.join(run_dir, "wandb"))
+    check_run_artifacts(
+        run_dir, "pqn_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
+    )
 
 
 def test_seeded_runs_are_reproducible(tmp_path, tiny_ppo_flags):
@@ -191,17 +179,7 @@ def test_seeded_runs_are_reproducible(tmp_path, tiny_ppo_flags):
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
     flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
     flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
-    # The first progress line is printed after the first iteration.
-    for line in process.stdout:
-        if line.startswith("step "):
-            break
-    process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 128 + signal.SIGTERM, stderr
-    assert "--resume" in stdout
+    interrupt_with_sigterm(SCRIPT, flags)
     run_dir = only_run_dir(tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
@@ -246,17 +224,9 @@ BAD_FLAGS = [
 
 @pytest.mark.parametrize("flags, fragment", BAD_FLAGS)
 def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
-    """In-process for speed: main() must exit 2 before making anything, with one stderr line."""
-    monkeypatch.setattr(sys, "argv", [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
-    with pytest.raises(SystemExit) as exit_info:
-        pqn_atari.main()
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    assert fragment in lines[0]
-    assert captured.out == ""
-    assert not os.path.exists(tmp_path / "runs") or os.listdir(tmp_path / "runs") == []
+    line = usage_error(pqn_atari.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
+    assert fragment in line
+    assert not os.path.exists(tmp_path / "runs")  # nothing was created
 
 
 def test_resume_rejects_a_file_that_is_not_a_pqn_checkpoint(tmp_path, monkeypatch, capsys):
@@ -268,12 +238,7 @@ def test_resume_rejects_a_file_that_is_not_a_pqn_checkpoint(tmp_path, monkeypatc
     for path, fragment in ((model_only, "is not a checkpoint.pt of pqn_atari.py"),
                            (ppo_checkpoint, "is not a checkpoint.pt of pqn_atari.py"),
                            (tmp_path / "junk.pt", "not a readable checkpoint")):  # fmt: skip
-        monkeypatch.setattr(sys, "argv", [SCRIPT, "--resume", str(path)])
-        with pytest.raises(SystemExit) as exit_info:
-            pqn_atari.main()
-        assert exit_info.value.code == 2
-        lines = capsys.readouterr().err.strip().splitlines()
-        assert len(lines) == 1 and fragment in lines[0], lines
+        assert fragment in usage_error(pqn_atari.main, monkeypatch, capsys, [SCRIPT, "--resume", str(path)])
 
 
 def test_bad_flag_from_the_shell(tmp_path):
