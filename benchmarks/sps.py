@@ -7,7 +7,11 @@ Prints, measured on this machine in this one invocation:
   1. EnvPool's raw rate for the same num_envs with random actions (no learning);
   2. for each script, the training SPS with metrics off (--metrics-interval 0) and with
      metrics at the default interval, alternated `--repeats` times (median of each);
-  3. the ratios: training / raw, and the throughput cost of the metrics (target < 5 %).
+  3. the ratios: training / raw, and the throughput cost of the metrics (target < 5 %),
+     twice: end to end (SPS on / off, which run-to-run noise of a few percent blurs on a
+     busy CPU) and by direct timing (the seconds one metrics computation takes on the
+     metrics batch, measured in this process on real frames, divided by the seconds of
+     `metrics-interval` training iterations at the metrics-off SPS).
 Every script runs the same task and batch shape (ppo_rnd_atari.py with a one-iteration
 observation-normalisation warm-up, which is not timed).
 Training SPS is the script's own charts/SPS at the end of the run (env steps per second
@@ -16,7 +20,9 @@ of the training loop, imports and env creation excluded).
 
 from __future__ import annotations
 
+import copy
 import glob
+import importlib
 import os
 import statistics
 import subprocess
@@ -29,6 +35,7 @@ import numpy as np
 import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 
 # Flags a script needs beyond the shared ones for a short benchmark run.
@@ -49,6 +56,8 @@ class Args:
     """steps per training run: metrics-interval iterations, so metrics fire exactly once (the last)"""
     metrics_interval: int = 10
     """the interval measured against metrics off (the script's default is 10)"""
+    metrics_batch: int = 2048
+    """states in the metrics batch (the scripts' --metrics-batch default)"""
     repeats: int = 2
     """training runs per setting, alternated off/on; the median is reported"""
     raw_steps: int = 2000
@@ -72,6 +81,47 @@ def raw_envpool_sps(env_id: str, num_envs: int, steps: int) -> float:
     return steps * num_envs / elapsed
 
 
+def real_frames(env_id: str, num_envs: int, count: int) -> tuple[np.ndarray, int]:
+    """`count` observations from EnvPool with random actions (the metrics batch is real
+    frames), and the number of actions."""
+    import envpool  # noqa: PLC0415
+
+    envs = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=1, episodic_life=True, reward_clip=True)
+    frames = [envs.reset()[0]]
+    while len(frames) * num_envs < count:
+        frames.append(envs.step(np.random.randint(0, envs.action_space.n, num_envs))[0])
+    envs.close()
+    return np.concatenate(frames)[:count], envs.action_space.n
+
+
+def metrics_seconds(script: str, frames: np.ndarray, num_actions: int, batch_size: int) -> float:
+    """Median seconds of one metrics computation of `script` on the CPU: its measure function
+    on the metrics batch, plus the gradient kurtosis of one minibatch's gradients."""
+    import torch  # noqa: PLC0415
+
+    module = importlib.import_module(script.removesuffix(".py"))
+    torch.manual_seed(0)
+    obs = torch.as_tensor(frames)
+    if script == "pqn_atari.py":
+        network = module.QNetwork(num_actions)
+        measure = lambda: module.measure_q_network(network, obs, 0.025)  # noqa: E731
+    else:
+        network = module.Agent(num_actions, False)
+        actions = torch.randint(num_actions, (obs.shape[0],))
+        logits = torch.randn(obs.shape[0], num_actions)
+        proximal = (copy.deepcopy(network),) if script == "ppo_ewma_atari.py" else ()
+        measure = lambda: module.measure_agent(network, obs, actions, logits, batch_size, 0.025, *proximal)  # noqa: E731
+    for parameter in network.parameters():  # the kurtosis cost depends on the number of entries only
+        parameter.grad = torch.randn_like(parameter)
+    timings = []
+    for _ in range(6):
+        start = time.perf_counter()
+        measure()
+        module.metrics.gradient_kurtosis(p.grad for p in network.parameters())
+        timings.append(time.perf_counter() - start)
+    return statistics.median(timings[1:])  # the first call warms up
+
+
 def training_sps(args: Args, script: str, metrics_interval: int) -> float:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
@@ -92,20 +142,31 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, device {'cuda' if args.cuda else 'cpu'}; {args.env_id}, "
           f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps:,} steps per training run")  # fmt: skip
     raw = raw_envpool_sps(args.env_id, args.num_envs, args.raw_steps)
-    rows = [("EnvPool raw step rate (random actions)", f"{raw:,.0f}", "", "", "")]
+    batch_size = args.num_envs * args.num_steps
+    frames, num_actions = real_frames(args.env_id, args.num_envs, min(args.metrics_batch, batch_size))
+    rows = [("EnvPool raw step rate (random actions)", f"{raw:,.0f}", "", "", "", "", "")]
     for script in args.scripts:
         off, on = [], []
         for _ in range(args.repeats):
             off.append(training_sps(args, script, 0))
             on.append(training_sps(args, script, args.metrics_interval))
         sps_off, sps_on = statistics.median(off), statistics.median(on)
-        runs = f"off {', '.join(f'{x:.0f}' for x in off)}; on {', '.join(f'{x:.0f}' for x in on)}"
-        cost = f"{100 * (1 - sps_on / sps_off):.1f} %"
-        rows.append((script, f"{sps_off:,.0f}", f"{sps_on:,.0f}", f"{sps_off / raw:.3f}", cost + f"  ({runs})"))
-    header = ("", "SPS metrics off", f"SPS metrics every {args.metrics_interval}", "off / raw", "metrics cost (< 5 %)")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
+        seconds = metrics_seconds(script, frames, num_actions, batch_size)
+        interval_seconds = args.metrics_interval * batch_size / sps_off
+        rows.append((
+            script,
+            f"{sps_off:,.0f}",
+            f"{sps_on:,.0f}",
+            f"{sps_off / raw:.3f}",
+            f"{100 * (1 - sps_on / sps_off):+.1f} %",
+            f"{seconds:.3f} s / {interval_seconds:.1f} s = {100 * seconds / interval_seconds:.1f} %",
+            f"off {', '.join(f'{x:.0f}' for x in off)}; on {', '.join(f'{x:.0f}' for x in on)}",
+        ))  # fmt: skip
+    header = ("", "SPS metrics off", f"SPS metrics every {args.metrics_interval}", "off / raw",
+              "cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)")  # fmt: skip
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[4])
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
 if __name__ == "__main__":
