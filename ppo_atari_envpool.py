@@ -518,13 +518,14 @@ class Progress:
         self.total, self.start_step, self.every = total, start_step, every
         self.interactive = sys.stdout.isatty()
         self.start_time = time.time()
-        self.last_print = 0.0
+        self.last_print, self.last_step = 0.0, -1
 
     def update(self, global_step: int, recent_return: float, final: bool = False) -> None:
         now = time.time()
-        if not (self.interactive or final or now - self.last_print >= self.every):
+        due = self.interactive or final or now - self.last_print >= self.every
+        if not due or (global_step == self.last_step and not self.interactive):
             return
-        self.last_print = now
+        self.last_print, self.last_step = now, global_step
         sps = (global_step - self.start_step) / max(now - self.start_time, 1e-9)
         eta = (self.total - global_step) / max(sps, 1e-9)
         line = (f"step {global_step:,}/{self.total:,} | {sps:,.0f} SPS | return {recent_return:.1f}"
