@@ -232,8 +232,6 @@ def validate_and_derive(args: Args) -> Args:
     lr_factor = {"none": 1.0, "sqrt": math.sqrt(k), "linear": k, "inverse": 1.0 / k}[args.lr_scaling]
     args.scaled_learning_rate = args.learning_rate * lr_factor
 
-    if args.resume is not None and not os.path.isfile(args.resume):
-        fail(f"--resume {args.resume!r}: no such checkpoint file")
     try:
         os.makedirs(args.runs_dir, exist_ok=True)
     except OSError as error:
@@ -814,8 +812,8 @@ def main() -> None:
             if args.save_embeddings:
                 keep = sample[: args.embeddings_per_iteration]
                 with torch.no_grad():
-                    features = agent.features(batch_obs[keep])[0]
-                    values = agent.get_value(batch_obs[keep])
+                    features, critic_features = agent.features(batch_obs[keep])
+                    values = agent.critic(critic_features).squeeze(-1)
                 embeddings["features"].append(features.cpu().numpy().astype(np.float16))
                 embeddings["values"].append(values.cpu().numpy())
                 embeddings["iteration"].append(np.full(keep.numel(), iteration))

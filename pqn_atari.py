@@ -210,8 +210,6 @@ def validate_and_derive(args: Args) -> Args:
     lr_factor = {"none": 1.0, "sqrt": math.sqrt(k), "linear": k, "inverse": 1.0 / k}[args.lr_scaling]
     args.scaled_learning_rate = args.learning_rate * lr_factor
 
-    if args.resume is not None and not os.path.isfile(args.resume):
-        fail(f"--resume {args.resume!r}: no such checkpoint file")
     try:
         os.makedirs(args.runs_dir, exist_ok=True)
     except OSError as error:
