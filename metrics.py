@@ -193,9 +193,24 @@ ATARI_10 = ["Amidar", "Bowling", "Frostbite", "KungFuMaster", "Riverraid", "Batt
             "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"]  # fmt: skip
 HARD_EXPLORATION = ["MontezumaRevenge", "Venture", "PrivateEye", "Gravitar", "Solaris", "Pitfall"]
 
-# Procgen easy-mode (R_min, R_max) from Cobbe et al. 2020, keyed by lower-case game name.
+# Procgen easy-mode (R_min, R_max) from Cobbe et al. 2020 (Appendix C), keyed by lower-case
+# game name. Hard mode uses other constants, which are not listed here.
 PROCGEN_RETURN_RANGE: dict[str, tuple[float, float]] = {
     "bigfish": (1.0, 40.0),
+    "bossfight": (0.5, 13.0),
+    "caveflyer": (3.5, 12.0),
+    "chaser": (0.5, 13.0),
+    "climber": (2.0, 12.6),
+    "coinrun": (5.0, 10.0),
+    "dodgeball": (1.5, 19.0),
+    "fruitbot": (-1.5, 32.4),
+    "heist": (3.5, 10.0),
+    "jumper": (3.0, 10.0),
+    "leaper": (3.0, 10.0),
+    "maze": (5.0, 10.0),
+    "miner": (1.5, 13.0),
+    "ninja": (3.5, 10.0),
+    "plunder": (4.5, 30.0),
     "starpilot": (2.5, 64.0),
 }
 
@@ -214,8 +229,11 @@ def human_normalized_score(env_id: str, score: float | np.ndarray) -> float | np
 
 
 def procgen_normalized_score(env_id: str, score: float | np.ndarray) -> float | np.ndarray:
-    """(score - R_min) / (R_max - R_min) for a Procgen easy-mode task ("BigfishEasy-v0")."""
-    game = _atari_game(env_id).lower().removesuffix("easy").removesuffix("hard")
+    """(score - R_min) / (R_max - R_min) for a Procgen easy-mode task ("BigfishEasy-v0" or "bigfish")."""
+    name = _atari_game(env_id).lower()
+    if name.endswith("hard"):
+        raise KeyError(f"no Procgen return range for hard mode ({env_id!r}); the table holds easy mode")
+    game = name.removesuffix("easy")
     if game not in PROCGEN_RETURN_RANGE:
         raise KeyError(f"no Procgen return range for {game!r}; known: {sorted(PROCGEN_RETURN_RANGE)}")
     low, high = PROCGEN_RETURN_RANGE[game]

@@ -151,7 +151,7 @@ def parse_args() -> Args:
         if exit_.code in (0, None):
             sys.stderr.write(captured.getvalue())
             raise
-        lines = [re.sub(r"[│╭╮╰╯─]", "", line).strip() for line in captured.getvalue().splitlines()]
+        lines = [re.sub(r"[│╭╮╰╯─]|-{3,}", "", line).strip() for line in captured.getvalue().splitlines()]
         # Panel layout: title, message lines, a rule, help hints. Keep the message lines.
         body = [line for line in lines[1:] if line]
         message = " ".join(

@@ -119,5 +119,9 @@ def test_score_normalisation():
         assert game in metrics.ATARI_RANDOM_HUMAN
     assert metrics.procgen_normalized_score("BigfishEasy-v0", 40.0) == pytest.approx(1.0)
     assert metrics.procgen_normalized_score("StarpilotEasy-v0", 2.5) == pytest.approx(0.0)
+    assert metrics.procgen_normalized_score("BigfishEasy-v0", 20.5) == pytest.approx(0.5)  # (20.5 - 1) / 39
+    assert metrics.procgen_normalized_score("FruitbotEasy-v0", -1.5) == pytest.approx(0.0)
+    with pytest.raises(KeyError, match="hard mode"):
+        metrics.procgen_normalized_score("BigfishHard-v0", 10.0)
     with pytest.raises(KeyError):
         metrics.human_normalized_score("NoSuchGame-v5", 1.0)

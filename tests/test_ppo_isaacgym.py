@@ -1,0 +1,209 @@
+"""ppo_isaacgym.py: Gaussian policy metrics, normalisers, backends, end to end on EnvPool MuJoCo."""
+
+import importlib.util
+import json
+import math
+import os
+
+import envpool
+import numpy as np
+import pytest
+import torch
+from conftest import (
+    PPO_TAGS,
+    check_run_artifacts,
+    interrupt_with_sigterm,
+    only_run_dir,
+    read_scalars,
+    run_script,
+    usage_error,
+)
+from torch.distributions import Normal, kl_divergence
+
+import metrics
+import ppo_isaacgym
+from ppo_isaacgym import Agent, RunningMeanStd, measure_agent, normalise_observations
+
+SCRIPT = "ppo_isaacgym.py"
+# Ant-v5 with a 20-step limit: every env finishes several episodes in 4 x 16 x 10 steps.
+TINY = ["--no-cuda", "--backend", "envpool", "--env-id", "Ant", "--num-envs", "4", "--num-steps", "16",
+        "--total-timesteps", "640", "--max-episode-steps", "20", "--metrics-interval", "5",
+        "--metrics-batch", "32"]  # fmt: skip
+ISAACGYM_INSTALLED = importlib.util.find_spec("isaacgym") is not None
+
+
+def test_gaussian_kl_matches_torch_and_the_closed_form():
+    generator = torch.Generator().manual_seed(0)
+    p_mean, q_mean = torch.randn(6, 3, generator=generator), torch.randn(6, 3, generator=generator)
+    p_std, q_std = torch.rand(6, 3, generator=generator) + 0.2, torch.rand(6, 3, generator=generator) + 0.2
+    expected = kl_divergence(Normal(p_mean, p_std), Normal(q_mean, q_std)).sum(-1)
+    torch.testing.assert_close(metrics.gaussian_kl(p_mean, p_std, q_mean, q_std), expected)
+    # one dimension by hand: KL(N(1, 0.5) || N(0, 1)) = log(1 / 0.5) + (0.25 + 1) / 2 - 1/2
+    one = metrics.gaussian_kl(torch.ones(1, 1), torch.full((1, 1), 0.5), torch.zeros(1, 1), torch.ones(1, 1))
+    assert one.item() == pytest.approx(math.log(2) + 0.625 - 0.5)
+
+
+def tiny_agent(seed=0):
+    torch.manual_seed(seed)
+    return Agent(obs_dim=5, action_dim=2, separate_networks=True)
+
+
+def test_measure_agent_against_its_own_behaviour_policy():
+    agent = tiny_agent()
+    obs = torch.randn(64, 5)
+    with torch.no_grad():
+        actions, _, _, _, means = agent.get_action_and_value(obs)
+        std = agent.actor_logstd.exp().expand_as(means)
+        measured = measure_agent(agent, obs, actions, means, std, batch_size=1024, dormant_tau=0.025)
+    assert measured["kl_behavior"] == pytest.approx(0.0, abs=1e-6)
+    assert measured["ess_pct"] == pytest.approx(100.0)
+    # policy variance: the means vary over states, the state-independent std does not
+    expected_variance = torch.cat([means.double().var(0, unbiased=False), torch.zeros(2, dtype=torch.float64)]).mean()
+    assert measured["policy_variance"] == pytest.approx(expected_variance.item())
+    assert 1 <= measured["feature_rank"] <= 64 and "feature_rank_critic" in measured
+
+
+def test_measure_agent_kl_ess_and_ddr_after_a_known_shift():
+    agent = tiny_agent()
+    obs = torch.randn(4000, 5)
+    with torch.no_grad():
+        actions, _, _, _, means = agent.get_action_and_value(obs)
+        behavior_std = agent.actor_logstd.exp().expand_as(means).clone()
+        agent.actor_logstd.fill_(math.log(0.5))  # the update halved the std; the means are unchanged
+        measured = measure_agent(agent, obs, actions, means, behavior_std, batch_size=1000, dormant_tau=0.025)
+    kl_per_dim = math.log(0.5) + 1 / (2 * 0.25) - 0.5  # KL(N(m, 1) || N(m, 0.5))
+    assert measured["kl_behavior"] == pytest.approx(2 * kl_per_dim, rel=1e-5)
+    assert measured["ddr"] == pytest.approx(1000 / (2 * kl_per_dim), rel=1e-5)
+    # r = N(a; m, 0.5) / N(a; m, 1) with a ~ N(m, 1): E[r] = 1 and, per dimension,
+    # E[r^2] = integral of (4 / sqrt(2 pi)) exp(-3.5 a^2) da = 4 / sqrt(7); with 2 independent
+    # dimensions ESS% -> 100 * E[r]^2 / E[r^2] = 100 * 7 / 16 = 43.75 (here a 4000-state estimate).
+    assert measured["ess_pct"] == pytest.approx(43.75, rel=0.05)
+
+
+def test_observation_normalisation_matches_numpy():
+    rng = np.random.default_rng(0)
+    rms, seen = RunningMeanStd((3,)), []
+    for _ in range(4):
+        obs = rng.normal([1.0, -2.0, 10.0], [1.0, 0.1, 5.0], size=(32, 3))
+        normalised = normalise_observations(torch.tensor(obs, dtype=torch.float32), rms, clip=10.0)
+        seen.append(obs)
+    seen = np.concatenate(seen)
+    np.testing.assert_allclose(rms.mean.numpy(), seen.mean(0), rtol=1e-4)
+    np.testing.assert_allclose(rms.var.numpy(), seen.var(0), rtol=1e-3)
+    expected = np.clip((obs - rms.mean.numpy()) / np.sqrt(rms.var.numpy() + 1e-8), -10, 10)
+    np.testing.assert_allclose(normalised.numpy(), expected, rtol=1e-4, atol=1e-5)
+    clipped = normalise_observations(torch.full((1, 3), 1e6), rms, clip=5.0)
+    assert torch.all(clipped == 5.0)
+
+
+def test_normaliser_state_round_trip():
+    rms = RunningMeanStd((2,))
+    rms.update(torch.tensor([[1.0, 2.0], [3.0, 6.0]]))
+    restored = RunningMeanStd((2,))
+    restored.load_state_dict(rms.state_dict())
+    for key in ("mean", "var", "count"):
+        torch.testing.assert_close(getattr(restored, key), getattr(rms, key))
+
+
+def test_envpool_mujoco_resets_on_the_step_after_a_truncation():
+    """The assumption behind the reset-step mask, checked on EnvPool's MuJoCo itself."""
+    envs = envpool.make("Ant-v5", env_type="gymnasium", num_envs=1, seed=0, max_episode_steps=5)
+    envs.reset()
+    zero = np.zeros((1, 8))
+    for _ in range(5):
+        _, _, terminated, truncated, info = envs.step(zero)
+    assert truncated[0] and not terminated[0] and info["elapsed_step"][0] == 5
+    _, reward, terminated, truncated, info = envs.step(zero)
+    assert reward[0] == 0 and info["elapsed_step"][0] == 0
+
+
+@pytest.mark.parametrize(
+    "env_id, expected", [("Ant", "Ant-v5"), ("Humanoid", "Humanoid-v5"), ("Hopper-v5", "Hopper-v5")]
+)
+def test_auto_backend_maps_isaac_gym_names_to_envpool(env_id, expected):
+    args = ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(env_id=env_id, runs_dir="/tmp"))
+    if ISAACGYM_INSTALLED and "-v" not in env_id:
+        assert args.backend == "isaacgym"
+    else:
+        assert args.backend == "envpool" and args.env_id == expected
+    assert args.batch_size == 4096 * 16 and args.minibatch_size == 4096 * 8
+
+
+def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
+    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--save-model",
+                        "--save-embeddings", "--embeddings-per-iteration", "10", "--track")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert os.path.basename(run_dir).startswith("Ant-v5__ppo_isaacgym__1__")
+    scalars = read_scalars(run_dir)
+    assert PPO_TAGS | {"metrics/feature_rank_critic"} <= set(scalars), PPO_TAGS - set(scalars)
+    assert [step for step, _ in scalars["metrics/kl_behavior"]] == [320, 640]
+    lengths = [length for _, length in scalars["charts/episodic_length"]]
+    assert len(lengths) >= 8 and all(1 <= length <= 20 for length in lengths)
+    assert all(np.isfinite(value) for _, value in scalars["charts/episodic_return"])
+    args = json.load(open(os.path.join(run_dir, "args.json")))
+    assert args["backend"] == "envpool" and args["env_id"] == "Ant-v5" and args["num_iterations"] == 10
+    checkpoint = check_run_artifacts(run_dir, "ppo_isaacgym", iterations=10, global_step=640,
+                                     metric_iterations=[5, 10], embedding_rows=20, feature_dim=256,
+                                     video=False)  # fmt: skip
+    obs_stats = checkpoint["normalisers"]["obs"]
+    assert obs_stats["mean"].shape == (105,) and obs_stats["count"].item() == pytest.approx(4 * 161 + 1e-4)
+    saved = torch.load(os.path.join(run_dir, "ppo_isaacgym.cleanrl_model"), weights_only=True)
+    torch.testing.assert_close(saved["obs_rms"]["mean"], obs_stats["mean"])
+
+
+def test_seeded_runs_are_reproducible_and_shared_networks_work(tmp_path):
+    logged = []
+    for name in ("a", "b"):
+        flags = [*TINY, "--no-separate-networks", "--seed", "3", "--runs-dir", str(tmp_path / name)]
+        result = run_script(SCRIPT, *flags)
+        assert result.returncode == 0, result.stderr
+        logged.append(read_scalars(only_run_dir(tmp_path / name)))
+    for tag in ("losses/value_loss", "losses/policy_loss", "metrics/grad_kurtosis", "charts/episodic_return"):
+        assert logged[0][tag] == logged[1][tag], tag
+    assert "metrics/feature_rank_critic" not in logged[0]
+
+
+def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
+    flags = [*TINY, "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "6400"
+    interrupt_with_sigterm(SCRIPT, flags)
+    checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    interrupted = torch.load(checkpoint_path, weights_only=True)
+    assert 1 <= interrupted["iteration"] < 100 and interrupted["global_step"] == 64 * interrupted["iteration"]
+
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    final = torch.load(checkpoint_path, weights_only=True)
+    assert final["iteration"] == 100 and final["global_step"] == 6400
+    for name in ("obs", "return"):  # the normalisers continued, not restarted
+        assert final["normalisers"][name]["count"] > interrupted["normalisers"][name]["count"]
+    steps = [step for step, _ in read_scalars(only_run_dir(tmp_path))["charts/SPS"]]
+    assert steps == [64 * i for i in range(1, 101)]
+
+
+BAD_FLAGS = [
+    (["--env-id", "Breakout-v5"], "is not an EnvPool MuJoCo task"),
+    (["--backend", "envpool", "--env-id", "FetchReach-v4"], "is not an EnvPool MuJoCo task"),
+    (["--backend", "bullet"], "--backend"),
+    (["--num-minibatches", "3", "--num-envs", "4", "--num-steps", "8"], "does not divide batch_size"),
+    (["--obs-clip", "0"], "--obs-clip must be > 0"),
+    (["--max-episode-steps", "-1"], "--max-episode-steps must be positive"),
+    (["--minibatch-size", "100000"], "--minibatch-size must be in [1, batch_size=65536]"),
+]
+if not ISAACGYM_INSTALLED:
+    BAD_FLAGS.append((["--backend", "isaacgym"], "Isaac Gym is not installed (it is not on PyPI)"))
+
+
+@pytest.mark.parametrize("flags, fragment", BAD_FLAGS)
+def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
+    line = usage_error(ppo_isaacgym.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
+    assert fragment in line
+    assert not os.path.exists(tmp_path / "runs")
+
+
+@pytest.mark.skipif(ISAACGYM_INSTALLED, reason="Isaac Gym is installed here")
+def test_isaacgym_backend_without_isaacgym_from_the_shell(tmp_path):
+    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), "--backend", "isaacgym", "--env-id", "Ant")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "developer.nvidia.com/isaac-gym" in result.stderr and "--backend envpool" in result.stderr

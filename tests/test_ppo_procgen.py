@@ -1,0 +1,200 @@
+"""ppo_procgen.py: IMPALA CNN shapes, reward scaling, EnvPool's Procgen reset step, end to end."""
+
+import json
+import os
+
+import envpool
+import numpy as np
+import pytest
+import torch
+from conftest import (
+    PPO_TAGS,
+    check_run_artifacts,
+    interrupt_with_sigterm,
+    only_run_dir,
+    read_scalars,
+    run_script,
+    usage_error,
+)
+
+import metrics
+import ppo_procgen
+from ppo_procgen import ConvSequence, ImpalaEncoder, ResidualBlock, RunningMeanStd, merge_moments, scale_rewards
+
+SCRIPT = "ppo_procgen.py"
+# 4 envs x 32 steps x 8 iterations: 256 steps per env, several BigFish episodes (a random fish dies within ~50-300)
+TINY = ["--no-cuda", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2",
+        "--total-timesteps", "1024", "--metrics-interval", "2", "--metrics-batch", "24"]  # fmt: skip
+
+
+def test_impala_blocks_keep_or_halve_the_shape():
+    x = torch.randn(5, 16, 32, 32)
+    assert ResidualBlock(16)(x).shape == x.shape
+    assert ConvSequence(3, 16)(torch.randn(5, 3, 64, 64)).shape == (5, 16, 32, 32)
+    activations = []
+    features = ImpalaEncoder()(torch.rand(5, 3, 64, 64), activations)
+    assert features.shape == (5, 256)
+    # 3 stages x 2 residual blocks x 2 ReLUs, the flattened stage output and the dense layer
+    assert len(activations) == 14
+    assert [tuple(a.shape[1:]) for a in activations[::4]] == [(16, 32, 32), (32, 16, 16), (32, 8, 8), (32, 8, 8)]
+    assert activations[-1] is features and all((a >= 0).all() for a in activations)
+
+
+def test_residual_block_is_identity_plus_two_convolutions():
+    block = ResidualBlock(2)
+    x = torch.randn(1, 2, 4, 4)
+    expected = x + block.conv1(torch.relu(block.conv0(torch.relu(x))))
+    torch.testing.assert_close(block(x), expected)
+
+
+def test_merge_moments_matches_numpy():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(2.0, 3.0, size=(50, 3)), rng.normal(-1.0, 0.5, size=(30, 3))
+    mean, var, count = merge_moments(torch.tensor(a.mean(0)), torch.tensor(a.var(0)), torch.tensor(50.0),
+                                     torch.tensor(b.mean(0)), torch.tensor(b.var(0)), torch.tensor(30.0))  # fmt: skip
+    both = np.concatenate([a, b])
+    np.testing.assert_allclose(mean.numpy(), both.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(var.numpy(), both.var(0), rtol=1e-12)
+    assert count.item() == 80
+
+
+def test_running_mean_std_leaves_out_weight_zero_rows():
+    rng = np.random.default_rng(1)
+    rms, kept = RunningMeanStd((2,)), []
+    for _ in range(5):
+        batch = rng.normal(5.0, 2.0, size=(16, 2))
+        weights = (rng.random(16) > 0.3).astype(np.float64)
+        rms.update(torch.tensor(batch), torch.tensor(weights))
+        kept.append(batch[weights == 1])
+    kept = np.concatenate(kept)
+    # the prior (mean 0, var 1, count 1e-4) moves the answer by about 1e-4 / N
+    np.testing.assert_allclose(rms.mean.numpy(), kept.mean(0), rtol=1e-4)
+    np.testing.assert_allclose(rms.var.numpy(), kept.var(0), rtol=1e-3)
+    assert rms.count.item() == pytest.approx(len(kept) + 1e-4)
+    rms.update(torch.ones(4, 2), torch.zeros(4))  # all reset steps: nothing changes
+    np.testing.assert_allclose(rms.mean.numpy(), kept.mean(0), rtol=1e-4)
+
+
+def test_scale_rewards_by_hand():
+    rms = RunningMeanStd()
+    rms.mean, rms.var, rms.count = torch.tensor(0.0, dtype=torch.float64), torch.tensor(4.0, dtype=torch.float64), \
+        torch.tensor(1e9, dtype=torch.float64)  # fmt: skip  # frozen: std 2
+    running = torch.tensor([1.0, 3.0])
+    scaled, running = scale_rewards(torch.tensor([2.0, 50.0]), torch.ones(2), torch.tensor([0.0, 1.0]), running, rms,
+                                    gamma=0.5, clip=10.0)  # fmt: skip
+    torch.testing.assert_close(scaled, torch.tensor([1.0, 10.0]))  # 2 / 2, and 50 / 2 clipped to 10
+    torch.testing.assert_close(running, torch.tensor([2.5, 0.0]))  # 0.5 * 1 + 2; the second episode ended
+
+    fresh = RunningMeanStd()
+    _, running = scale_rewards(torch.tensor([1.0, 7.0]), torch.tensor([1.0, 0.0]), torch.zeros(2), torch.zeros(2),
+                               fresh, gamma=0.9, clip=10.0)  # fmt: skip
+    assert fresh.count.item() == pytest.approx(1 + 1e-4)  # the reset step (valid 0) is not counted
+    assert fresh.mean.item() == pytest.approx(1.0, rel=1e-3)
+
+
+def test_every_easy_procgen_task_has_a_normalisation_range():
+    easy = [env_id for env_id in envpool.list_all_envs() if env_id.endswith("Easy-v0")]
+    assert len(easy) == 16
+    for env_id in easy:
+        low, high = metrics.PROCGEN_RETURN_RANGE[env_id.removesuffix("Easy-v0").lower()]
+        assert metrics.procgen_normalized_score(env_id, high) == pytest.approx(1.0)
+
+
+def test_envpool_procgen_resets_on_the_step_after_an_episode_ends():
+    """The assumption behind the reset-step mask, checked on EnvPool's Procgen itself."""
+    envs = envpool.make("BigfishEasy-v0", env_type="gymnasium", num_envs=1, seed=0)
+    envs.reset()
+    for _step in range(3000):
+        _, _, terminated, truncated, info = envs.step(np.zeros(1, dtype=np.int32))
+        if terminated[0] or truncated[0]:
+            break
+    assert terminated[0] and info["elapsed_step"][0] > 1  # the idle fish is eaten
+    _, reward, terminated, truncated, info = envs.step(np.zeros(1, dtype=np.int32))
+    assert reward[0] == 0 and not terminated[0] and not truncated[0] and info["elapsed_step"][0] == 0
+
+
+def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
+    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--save-model",
+                        "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video",
+                        "--track")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert os.path.basename(run_dir).startswith("BigfishEasy-v0__ppo_procgen__1__")
+    scalars = read_scalars(run_dir)
+    expected = PPO_TAGS | {"charts/normalized_return"}
+    assert expected <= set(scalars), expected - set(scalars)
+    assert [step for step, _ in scalars["metrics/feature_rank"]] == [256, 512, 768, 1024]
+    returns, normalized = scalars["charts/episodic_return"], scalars["charts/normalized_return"]
+    assert len(returns) >= 2 and len(returns) == len(normalized)
+    for (step, raw), (same_step, value) in zip(returns, normalized, strict=True):
+        assert step == same_step and value == pytest.approx((raw - 1.0) / 39.0, abs=1e-6)  # bigfish [1, 40]
+    assert all(0 < length <= 256 for _, length in scalars["charts/episodic_length"])
+    assert all(0 < value <= 100 for _, value in scalars["metrics/ess_pct"])
+    args = json.load(open(os.path.join(run_dir, "args.json")))
+    assert args["batch_size"] == 128 and args["num_iterations"] == 8 and args["gamma"] == 0.999
+    checkpoint = check_run_artifacts(run_dir, "ppo_procgen", iterations=8, global_step=1024,
+                                     metric_iterations=[2, 4, 6, 8], embedding_rows=40, feature_dim=256)  # fmt: skip
+    assert checkpoint["return_rms"]["count"].item() > 1  # the reward statistics travel with the model
+
+
+def test_seeded_runs_are_reproducible_and_separate_networks_log_critic_rank(tmp_path):
+    logged = []
+    for name in ("a", "b"):
+        flags = [*TINY, "--total-timesteps", "256", "--separate-networks", "--seed", "3"]
+        result = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr
+        logged.append(read_scalars(only_run_dir(tmp_path / name)))
+    for tag in ("losses/value_loss", "losses/policy_loss", "metrics/grad_kurtosis"):
+        assert logged[0][tag] == logged[1][tag], tag
+    assert "metrics/feature_rank_critic" in logged[0]
+
+
+def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
+    flags = [*TINY, "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "6400"
+    interrupt_with_sigterm(SCRIPT, flags)
+    checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    interrupted = torch.load(checkpoint_path, weights_only=True)
+    assert 1 <= interrupted["iteration"] < 50 and interrupted["global_step"] == 128 * interrupted["iteration"]
+
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    final = torch.load(checkpoint_path, weights_only=True)
+    assert final["iteration"] == 50 and final["global_step"] == 6400
+    assert final["return_rms"]["count"] > interrupted["return_rms"]["count"]  # statistics continued, not restarted
+    steps = [step for step, _ in read_scalars(only_run_dir(tmp_path))["charts/SPS"]]
+    assert steps == [128 * i for i in range(1, 51)]  # one run directory, no gap, no repeat
+
+
+BAD_FLAGS = [
+    (["--env-id", "Breakout-v5"], "is not an EnvPool Procgen task"),
+    (["--env-id", "Bigfish"], "is not an EnvPool Procgen task"),
+    (["--num-minibatches", "3", "--num-envs", "2", "--num-steps", "8"], "does not divide batch_size"),
+    (["--max-episode-steps", "100"], "--max-episode-steps"),  # EnvPool's Procgen has no such option
+    (["--reward-clip", "0"], "--reward-clip must be > 0"),
+    (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
+    (["--total-timesteps", "100"], "smaller than one batch"),
+    (["--separate-networks", "maybe"], "Unrecognized options: maybe (see --help)"),  # a switch takes no value
+]
+
+
+@pytest.mark.parametrize("flags, fragment", BAD_FLAGS)
+def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
+    line = usage_error(ppo_procgen.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
+    assert fragment in line
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_missing_qt_runtime_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    def make_spec_without_qt(env_id):
+        raise ImportError("EnvPool Procgen requires the system Qt 5 runtime on Linux.")
+
+    monkeypatch.setattr(envpool, "make_spec", make_spec_without_qt)
+    line = usage_error(ppo_procgen.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs")])
+    assert "Qt 5 runtime" in line and "apt-get install -y libqt5gui5" in line
+
+
+def test_bad_flag_from_the_shell(tmp_path):
+    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), "--env-id", "Pong-v5")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
