@@ -6,9 +6,20 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 DEMO_DIR := demo_runs
 
-.PHONY: setup demo test lint format bench clean
+.PHONY: setup system-packages demo test lint format bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) system-packages
+
+# EnvPool's Procgen (ppo_procgen.py) loads the Qt 5 runtime (libQt5Core/libQt5Gui) at run
+# time; Debian/Ubuntu package: libqt5gui5. Installed once, with sudo when not root.
+QT_LIBRARY ?= libQt5Gui.so.5
+system-packages:
+	@ldconfig -p | grep -q '$(QT_LIBRARY)' || { \
+		echo "installing the Qt 5 runtime for EnvPool's Procgen (apt-get install -y libqt5gui5)"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get install -y -qq libqt5gui5 > /dev/null 2>&1 \
+			|| { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libqt5gui5 > /dev/null; } \
+			|| { echo "could not install libqt5gui5: install the Qt 5 runtime by hand (e.g. dnf install qt5-qtbase)"; exit 1; }; }
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,14 +32,14 @@ $(STAMP): requirements.txt
 
 # A short PPO Breakout run on the CPU (about 2-4 minutes on 2 cores): TensorBoard logs
 # under demo_runs/ and a PNG of the learning curve.
-demo: $(STAMP)
+demo: $(STAMP) system-packages
 	rm -rf $(DEMO_DIR)
 	$(PY) ppo_atari_envpool.py --env-id Breakout-v5 --total-timesteps 24576 --metrics-interval 4 \
 		--runs-dir $(DEMO_DIR)
 	$(PY) sweeps/aggregate.py curves $(DEMO_DIR)/Breakout-v5__* --smooth 5 --out $(DEMO_DIR)/learning_curve.png
 	@echo "TensorBoard: $(PY) -m tensorboard.main --logdir $(DEMO_DIR)"
 
-test: $(STAMP)
+test: $(STAMP) system-packages
 	$(PY) -m pytest
 
 lint: $(STAMP)
@@ -39,7 +50,7 @@ format: $(STAMP)
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-bench: $(STAMP)
+bench: $(STAMP) system-packages
 	$(PY) benchmarks/sps.py
 
 clean:

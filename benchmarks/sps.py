@@ -1,10 +1,12 @@
 """Throughput of the training scripts next to EnvPool's raw stepping rate, in one run.
 
-    python benchmarks/sps.py                      # all Atari scripts, Breakout-v5, 8 envs x 128 steps
+    python benchmarks/sps.py                      # all six scripts, 8 envs x 128 steps
     python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 64 --total-timesteps 655360 --cuda
 
+The Atari scripts run Breakout-v5, ppo_procgen.py BigfishEasy-v0 and ppo_isaacgym.py
+EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
 Prints, measured on this machine in this one invocation:
-  1. EnvPool's raw rate for the same num_envs with random actions (no learning);
+  1. EnvPool's raw rate of each task for the same num_envs with random actions (no learning);
   2. for each script, the training SPS with metrics off (--metrics-interval 0) and with
      metrics at the default interval, alternated `--repeats` times (median of each);
   3. the ratios: training / raw, and the throughput cost of the metrics (target < 5 %),
@@ -12,7 +14,7 @@ Prints, measured on this machine in this one invocation:
      busy CPU) and by direct timing (the seconds one metrics computation takes on the
      metrics batch, measured in this process on real frames, divided by the seconds of
      `metrics-interval` training iterations at the metrics-off SPS).
-Every script runs the same task and batch shape (ppo_rnd_atari.py with a one-iteration
+Every script runs the same batch shape (ppo_rnd_atari.py with a one-iteration
 observation-normalisation warm-up, which is not timed).
 Training SPS is the script's own charts/SPS at the end of the run (env steps per second
 of the training loop, imports and env creation excluded).
@@ -39,15 +41,21 @@ sys.path.insert(0, ROOT)
 
 
 # Flags a script needs beyond the shared ones for a short benchmark run.
-EXTRA_FLAGS = {"ppo_rnd_atari.py": ["--num-iterations-obs-norm-init", "1"]}
+EXTRA_FLAGS = {"ppo_rnd_atari.py": ["--num-iterations-obs-norm-init", "1"], "ppo_isaacgym.py": ["--backend", "envpool"]}
+ALL_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "pqn_atari.py", "ppo_rnd_atari.py", "ppo_procgen.py",
+               "ppo_isaacgym.py")  # fmt: skip
 
 
 @dataclass
 class Args:
-    scripts: tuple[str, ...] = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "pqn_atari.py", "ppo_rnd_atari.py")
+    scripts: tuple[str, ...] = ALL_SCRIPTS
     """training scripts to measure"""
     env_id: str = "Breakout-v5"
-    """EnvPool Atari task"""
+    """EnvPool Atari task of the Atari scripts"""
+    procgen_env_id: str = "BigfishEasy-v0"
+    """EnvPool Procgen task of ppo_procgen.py"""
+    mujoco_env_id: str = "Ant-v5"
+    """EnvPool MuJoCo task of ppo_isaacgym.py"""
     num_envs: int = 8
     """parallel environments (as --num-envs)"""
     num_steps: int = 128
@@ -66,13 +74,29 @@ class Args:
     """train on the GPU (pass --cuda on a GPU machine)"""
 
 
-def raw_envpool_sps(env_id: str, num_envs: int, steps: int) -> float:
+def task_of(args: Args, script: str) -> str:
+    return {"ppo_procgen.py": args.procgen_env_id, "ppo_isaacgym.py": args.mujoco_env_id}.get(script, args.env_id)
+
+
+def make_envs(env_id: str, num_envs: int, seed: int):
     import envpool  # noqa: PLC0415
 
-    envs = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=0, episodic_life=True, reward_clip=True)
+    is_atari = type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
+    atari = {"episodic_life": True, "reward_clip": True} if is_atari else {}  # as the Atari scripts make them
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **atari)
+
+
+def random_actions(envs, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    space = envs.action_space
+    if hasattr(space, "n"):
+        return rng.integers(0, space.n, size=shape)
+    return rng.uniform(space.low, space.high, size=shape + space.shape)
+
+
+def raw_envpool_sps(env_id: str, num_envs: int, steps: int) -> float:
+    envs = make_envs(env_id, num_envs, seed=0)
     envs.reset()
-    rng = np.random.default_rng(0)
-    actions = rng.integers(0, envs.action_space.n, size=(steps, num_envs))
+    actions = random_actions(envs, np.random.default_rng(0), (steps, num_envs))
     start = time.perf_counter()
     for step in range(steps):
         envs.step(actions[step])
@@ -81,17 +105,17 @@ def raw_envpool_sps(env_id: str, num_envs: int, steps: int) -> float:
     return steps * num_envs / elapsed
 
 
-def real_frames(env_id: str, num_envs: int, count: int) -> tuple[np.ndarray, int]:
+def real_observations(env_id: str, num_envs: int, count: int) -> tuple[np.ndarray, int]:
     """`count` observations from EnvPool with random actions (the metrics batch is real
-    frames), and the number of actions."""
-    import envpool  # noqa: PLC0415
-
-    envs = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=1, episodic_life=True, reward_clip=True)
-    frames = [envs.reset()[0]]
-    while len(frames) * num_envs < count:
-        frames.append(envs.step(np.random.randint(0, envs.action_space.n, num_envs))[0])
+    observations), and the number of actions (discrete) or action dimensions (continuous)."""
+    envs = make_envs(env_id, num_envs, seed=1)
+    rng = np.random.default_rng(1)
+    observations = [envs.reset()[0]]
+    while len(observations) * num_envs < count:
+        observations.append(envs.step(random_actions(envs, rng, (num_envs,)))[0])
     envs.close()
-    return np.concatenate(frames)[:count], envs.action_space.n
+    space = envs.action_space
+    return np.concatenate(observations)[:count], space.n if hasattr(space, "n") else space.shape[0]
 
 
 def metrics_seconds(script: str, frames: np.ndarray, num_actions: int, batch_size: int) -> float:
@@ -102,7 +126,13 @@ def metrics_seconds(script: str, frames: np.ndarray, num_actions: int, batch_siz
     module = importlib.import_module(script.removesuffix(".py"))
     torch.manual_seed(0)
     obs = torch.as_tensor(frames)
-    if script == "pqn_atari.py":
+    if script == "ppo_isaacgym.py":  # Gaussian policy on float observations; num_actions = action dimensions
+        obs = obs.float()
+        network = module.Agent(obs.shape[1], num_actions, True)
+        actions, means = torch.randn(obs.shape[0], num_actions), torch.randn(obs.shape[0], num_actions)
+        stds = torch.ones(obs.shape[0], num_actions)
+        measure = lambda: module.measure_agent(network, obs, actions, means, stds, batch_size, 0.025)  # noqa: E731
+    elif script == "pqn_atari.py":
         network = module.QNetwork(num_actions)
         measure = lambda: module.measure_q_network(network, obs, 0.025)  # noqa: E731
     else:
@@ -126,7 +156,7 @@ def training_sps(args: Args, script: str, metrics_interval: int) -> float:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as runs_dir:
-        command = [sys.executable, os.path.join(ROOT, script), "--env-id", args.env_id, *EXTRA_FLAGS.get(script, []),
+        command = [sys.executable, os.path.join(ROOT, script), "--env-id", task_of(args, script), *EXTRA_FLAGS.get(script, []),
                    "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
                    "--total-timesteps", str(args.total_timesteps), "--metrics-interval", str(metrics_interval),
                    "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda"]  # fmt: skip
@@ -139,13 +169,21 @@ def training_sps(args: Args, script: str, metrics_interval: int) -> float:
 
 def main() -> None:
     args = tyro.cli(Args)
-    print(f"machine: {os.cpu_count()} CPUs, device {'cuda' if args.cuda else 'cpu'}; {args.env_id}, "
+    unknown = sorted(set(args.scripts) - set(ALL_SCRIPTS))
+    if unknown:
+        print(f"error: --scripts: unknown {', '.join(unknown)} (choose from {', '.join(ALL_SCRIPTS)})", file=sys.stderr)
+        sys.exit(2)
+    print(f"machine: {os.cpu_count()} CPUs, device {'cuda' if args.cuda else 'cpu'}; "
           f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps:,} steps per training run")  # fmt: skip
-    raw = raw_envpool_sps(args.env_id, args.num_envs, args.raw_steps)
     batch_size = args.num_envs * args.num_steps
-    frames, num_actions = real_frames(args.env_id, args.num_envs, min(args.metrics_batch, batch_size))
-    rows = [("EnvPool raw step rate (random actions)", f"{raw:,.0f}", "", "", "", "", "")]
+    raw, observations, rows = {}, {}, []
+    for env_id in dict.fromkeys(task_of(args, script) for script in args.scripts):
+        raw[env_id] = raw_envpool_sps(env_id, args.num_envs, args.raw_steps)
+        observations[env_id] = real_observations(env_id, args.num_envs, min(args.metrics_batch, batch_size))
+        rows.append((f"EnvPool raw step rate, {env_id} (random actions)", f"{raw[env_id]:,.0f}", "", "", "", "", ""))
     for script in args.scripts:
+        env_id = task_of(args, script)
+        frames, num_actions = observations[env_id]
         off, on = [], []
         for _ in range(args.repeats):
             off.append(training_sps(args, script, 0))
@@ -154,15 +192,15 @@ def main() -> None:
         seconds = metrics_seconds(script, frames, num_actions, batch_size)
         interval_seconds = args.metrics_interval * batch_size / sps_off
         rows.append((
-            script,
+            f"{script} ({env_id})",
             f"{sps_off:,.0f}",
             f"{sps_on:,.0f}",
-            f"{sps_off / raw:.3f}",
+            f"{sps_off / raw[env_id]:.3f}",
             f"{100 * (1 - sps_on / sps_off):+.1f} %",
             f"{seconds:.3f} s / {interval_seconds:.1f} s = {100 * seconds / interval_seconds:.1f} %",
             f"off {', '.join(f'{x:.0f}' for x in off)}; on {', '.join(f'{x:.0f}' for x in on)}",
         ))  # fmt: skip
-    header = ("", "SPS metrics off", f"SPS metrics every {args.metrics_interval}", "off / raw",
+    header = ("", "SPS metrics off", f"SPS metrics every {args.metrics_interval}", "off / raw of the task",
               "cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)")  # fmt: skip
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:

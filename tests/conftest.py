@@ -109,7 +109,9 @@ def check_run_artifacts(
         model = model["model"]
     assert set(model) == set(checkpoint["model"])
     embeddings = np.load(os.path.join(run_dir, "embeddings.npz"))
-    assert embeddings["features"].shape == (embedding_rows, feature_dim) and embeddings["values"].shape == (embedding_rows,)
+    assert embeddings["features"].shape == (embedding_rows, feature_dim) and embeddings["values"].shape == (
+        embedding_rows,
+    )
     assert sorted(set(embeddings["iteration"].tolist())) == list(metric_iterations)
     if video:
         videos = os.listdir(os.path.join(run_dir, "videos"))
