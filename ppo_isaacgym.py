@@ -978,6 +978,9 @@ def main() -> None:
         os.replace(f"{model_path}.tmp", model_path)
         print(f"model saved to {model_path}")
     writer.close()
+    # Completion marker: sweeps/launch.sh skips run directories that have one.
+    with open(os.path.join(run_dir, "done.json"), "w") as f:
+        json.dump({"global_step": global_step, "iterations": completed_iteration}, f)
     if args.track:
         wandb.finish()
 

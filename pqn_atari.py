@@ -718,6 +718,9 @@ def main() -> None:
     if args.capture_video:
         record_video(q_network, args, run_dir, device)
     writer.close()
+    # Completion marker: sweeps/launch.sh skips run directories that have one.
+    with open(os.path.join(run_dir, "done.json"), "w") as f:
+        json.dump({"global_step": global_step, "iterations": completed_iteration}, f)
     if args.track:
         wandb.finish()
 

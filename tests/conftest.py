@@ -1,6 +1,7 @@
 """Helpers shared by the end-to-end tests: run a script, read its TensorBoard scalars."""
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -92,6 +93,8 @@ def interrupt_with_sigterm(script, flags, wait_for="step "):
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "--resume" in stdout
+    runs_dir = flags[flags.index("--runs-dir") + 1]
+    assert not glob.glob(os.path.join(runs_dir, "*", "done.json"))  # interrupted: no completion marker
     return stdout
 
 
@@ -104,6 +107,8 @@ def check_run_artifacts(
 
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)  # plain data only
     assert checkpoint["iteration"] == iterations and checkpoint["global_step"] == global_step
+    with open(os.path.join(run_dir, "done.json")) as marker:
+        assert json.load(marker) == {"global_step": global_step, "iterations": iterations}
     model = torch.load(os.path.join(run_dir, f"{exp_name}.cleanrl_model"), weights_only=True)
     if "obs_rms" in model:  # ppo_isaacgym.py keeps the observation statistics with the weights
         model = model["model"]

@@ -76,6 +76,7 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_pp
     assert only_run_dir(tmp_path) == run_dir  # same run directory
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == 40 and final["global_step"] == 1280
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 1280  # finished now
     steps = [step for step, _ in read_scalars(run_dir)["charts/SPS"]]
     assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
 
