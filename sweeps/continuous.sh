@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Continuous control (paper Fig. 7, 18; the reviewers' request): N_envs vs N_RO for
+# Gaussian PPO on Ant and Humanoid, from (N_envs, N_RO) = (1024, 16), batch x k by more
+# environments or longer rollouts. BACKEND=envpool (default) runs EnvPool's Ant-v5 and
+# Humanoid-v5 anywhere; BACKEND=isaacgym runs the Isaac Gym tasks (GAMES="Ant Humanoid").
+#
+#   bash sweeps/continuous.sh                                 # small CPU version
+#   SCALE=paper LAUNCHER=print bash sweeps/continuous.sh      # the paper's commands
+#   .venv/bin/python sweeps/aggregate.py report runs/continuous
+#
+# CPU default: GAMES=Ant-v5 SEEDS="1" TOTAL_TIMESTEPS=65536 BASE=64x16 MULTIPLIERS="1 2".
+# Paper (SCALE=paper): GAMES="Ant Humanoid" with BACKEND=isaacgym (or Ant-v5 Humanoid-v5
+#   with envpool), SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=30000000, BASE=1024x16,
+#   MULTIPLIERS="1 2 4 8".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${BACKEND:=envpool}"
+if [[ ${SCALE:-cpu} == paper ]]; then
+    if [[ $BACKEND == isaacgym ]]; then : "${GAMES:=Ant Humanoid}"; else : "${GAMES:=Ant-v5 Humanoid-v5}"; fi
+    : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=30000000}" "${BASE:=1024x16}" "${MULTIPLIERS:=1 2 4 8}"
+fi
+: "${GAMES:=Ant-v5}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=65536}" "${BASE:=64x16}" "${MULTIPLIERS:=1 2}"
+: "${RUNS_DIR:=runs/continuous}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"
+base_envs=${BASE%x*} base_steps=${BASE#*x}
+
+for game in $GAMES; do
+    for seed in $SEEDS; do
+        for k in $MULTIPLIERS; do
+            shapes="$((base_envs * k))x$base_steps"
+            ((k > 1)) && shapes="$shapes ${base_envs}x$((base_steps * k))"
+            for shape in $shapes; do
+                envs=${shape%x*} steps=${shape#*x}
+                echo "$PYTHON ppo_isaacgym.py --backend $BACKEND --env-id $game --seed $seed --num-envs $envs" \
+                    "--num-steps $steps --total-timesteps $TOTAL_TIMESTEPS --exp-name ppo_envs${envs}_steps${steps}" \
+                    "--runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
+            done
+        done
+    done
+done | bash sweeps/launch.sh

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# State-space coverage (paper Fig. 2, 9): do many parallel environments visit more of the
+# state space than long rollouts of few? PPO at (N_envs, N_RO) = (8, 128) and (128, 8)
+# with --save-embeddings; aggregate.py coverage projects the saved features with UMAP and
+# counts occupied grid cells.
+#
+#   bash sweeps/coverage.sh                                 # small CPU version
+#   SCALE=paper LAUNCHER=print bash sweeps/coverage.sh      # the paper's commands
+#   .venv/bin/python sweeps/aggregate.py coverage runs/coverage
+#
+# CPU default: GAMES=Breakout SEEDS="1" TOTAL_TIMESTEPS=20480.
+# Paper (SCALE=paper): GAMES="Breakout Pong Qbert Amidar" (illustrative games),
+# SEEDS="1 2 3", TOTAL_TIMESTEPS=10000000.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ ${SCALE:-cpu} == paper ]]; then
+    : "${GAMES:=Breakout Pong Qbert Amidar}" "${SEEDS:=1 2 3}" "${TOTAL_TIMESTEPS:=10000000}"
+fi
+: "${GAMES:=Breakout}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=20480}" "${SHAPES:=8x128 128x8}"
+: "${RUNS_DIR:=runs/coverage}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"
+
+for game in $GAMES; do
+    for seed in $SEEDS; do
+        for shape in $SHAPES; do
+            envs=${shape%x*} steps=${shape#*x}
+            echo "$PYTHON ppo_atari_envpool.py --env-id $game-v5 --seed $seed --num-envs $envs --num-steps $steps" \
+                "--save-embeddings --metrics-interval 2 --total-timesteps $TOTAL_TIMESTEPS" \
+                "--exp-name ppo_envs${envs}_steps${steps} --runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
+        done
+    done
+done | bash sweeps/launch.sh

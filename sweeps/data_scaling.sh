@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Data scaling (paper Fig. 1b; the rebuttal's Fig. 5 with N_envs on the x-axis): from PPO's
+# (N_envs, N_RO) = (8, 128), grow the batch by k in {1,2,4,8,16} either with more
+# environments (8k, 128) or with longer rollouts (8, 128k). Same runs give the learning
+# dynamics figures (Fig. 3, 4, 10): every metrics/ tag is logged.
+#
+#   bash sweeps/data_scaling.sh                                 # small CPU version
+#   SCALE=paper LAUNCHER=print bash sweeps/data_scaling.sh      # the paper's commands
+#   .venv/bin/python sweeps/aggregate.py report runs/data_scaling
+#
+# CPU default: GAMES=Breakout SEEDS="1 2" TOTAL_TIMESTEPS=16384 MULTIPLIERS="1 2 4".
+# Paper (SCALE=paper): the Atari-10, SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=100000000,
+# MULTIPLIERS="1 2 4 8 16" (450 runs of 100M steps).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ ${SCALE:-cpu} == paper ]]; then
+    : "${GAMES:=Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert}"
+    : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=100000000}" "${MULTIPLIERS:=1 2 4 8 16}"
+fi
+: "${GAMES:=Breakout}" "${SEEDS:=1 2}" "${TOTAL_TIMESTEPS:=16384}" "${MULTIPLIERS:=1 2 4}"
+: "${RUNS_DIR:=runs/data_scaling}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"
+
+for game in $GAMES; do
+    for seed in $SEEDS; do
+        for k in $MULTIPLIERS; do
+            # k = 1 is the shared (8, 128) baseline; run it once
+            shapes="$((8 * k))x128"
+            ((k > 1)) && shapes="$shapes 8x$((128 * k))"
+            for shape in $shapes; do
+                envs=${shape%x*} steps=${shape#*x}
+                echo "$PYTHON ppo_atari_envpool.py --env-id $game-v5 --seed $seed --num-envs $envs --num-steps $steps" \
+                    "--total-timesteps $TOTAL_TIMESTEPS --exp-name ppo_envs${envs}_steps${steps}" \
+                    "--runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
+            done
+        done
+    done
+done | bash sweeps/launch.sh
