@@ -1,34 +1,499 @@
-"""Turn run directories into figures and tables.
+"""Turn the run directories of a sweep into the paper's figures and a markdown table.
 
+    python sweeps/aggregate.py report runs/fixed_budget          # -> runs/fixed_budget/report/
+    python sweeps/aggregate.py coverage runs/coverage            # -> runs/coverage/report/
     python sweeps/aggregate.py curves runs/Breakout-v5__ppo_atari_envpool__1__* --out curve.png
 
 Subcommands:
-  curves   learning curve (any scalar tag, default charts/episodic_return) of one or more
-           runs, smoothed with a moving average, one line per run, to a PNG (PDF with --pdf).
+  report    the finished runs under a sweep directory (those with done.json; --unfinished
+            adds the rest), grouped by configuration (the run's --exp-name, which the sweep
+            scripts set) and game (--env-id). Writes per-game learning curves (mean and 95 %
+            CI over seeds), the IQM of final scores with 95 % stratified bootstrap CIs
+            (Agarwal et al. 2021, `rliable`), IQM curves over training, metric curves (every
+            metrics/ tag), final IQM against N_envs, final score against the data-to-divergence
+            ratio (DDR), and report.md with the numbers.
+  coverage  state-space coverage (paper Fig. 2, 9; Appendix B.7): the embeddings.npz of
+            runs made with --save-embeddings, projected to 2-D with UMAP (one projection per
+            game, fitted on all its runs), rescaled to [0, 1]^2; Cvg = occupied cells of a
+            G x G grid / G^2 per run. Scatter plots coloured by the critic's value, coverage.md.
+  curves    learning curve of one tag for a few run directories, one line per run.
+
+Scores: Atari games with random/human constants in metrics.py are human-normalised,
+Procgen easy-mode games normalised with (R - R_min) / (R_max - R_min), other tasks
+(MuJoCo, Isaac Gym) stay raw returns. A run's final score is the mean over the episodes
+that end in the last --final-fraction of its training steps.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import metrics  # noqa: E402 - the project's one shared module, one directory up
 
-def read_scalar(run_dir: str, tag: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, values) of one scalar tag over every event file of a run directory (resumed runs have several)."""
+RETURN_TAG = "charts/episodic_return"
+METRIC_TITLES = {
+    "metrics/feature_rank": "feature rank", "metrics/feature_rank_critic": "feature rank (critic)",
+    "metrics/dormant_pct": "dormant neurons (%)", "metrics/weight_norm": "weight norm",
+    "metrics/grad_kurtosis": "gradient kurtosis", "metrics/grad_norm": "gradient norm",
+    "metrics/ess_pct": "effective sample size (%)", "metrics/policy_variance": "policy variance",
+    "metrics/kl_behavior": "KL(behaviour || updated policy)", "metrics/ddr": "data-to-divergence ratio",
+    "metrics/kl_prox": "KL(proximal || policy)", "metrics/q_mean": "mean max Q",
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------
+# Reading runs
+# --------------------------------------------------------------------------------------
+
+
+def read_scalars(run_dir: str, tags: set[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{tag: (steps, values)} over every event file of a run directory (resumed runs have several)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
-    points: list[tuple[int, float]] = []
+    points: dict[str, list[tuple[int, float]]] = {}
     for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
         accumulator = EventAccumulator(path, size_guidance={"scalars": 0})
         accumulator.Reload()
-        if tag in accumulator.Tags()["scalars"]:
-            points.extend((event.step, event.value) for event in accumulator.Scalars(tag))
-    points.sort()
-    return np.array([p[0] for p in points], dtype=np.int64), np.array([p[1] for p in points], dtype=np.float64)
+        for tag in accumulator.Tags()["scalars"]:
+            if tags is None or tag in tags:
+                points.setdefault(tag, []).extend((event.step, event.value) for event in accumulator.Scalars(tag))
+    scalars = {}
+    for tag, tag_points in points.items():
+        tag_points.sort(key=lambda point: point[0])  # stable: episodes of one step keep their order
+        scalars[tag] = (np.array([p[0] for p in tag_points], dtype=np.int64), np.array([p[1] for p in tag_points]))
+    return scalars
+
+
+def read_scalar(run_dir: str, tag: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of one scalar tag of a run directory; empty arrays when it has none."""
+    return read_scalars(run_dir, {tag}).get(tag, (np.zeros(0, dtype=np.int64), np.zeros(0)))
+
+
+def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
+    """The runs of a sweep: their flags (args.json), identity and scalars."""
+    runs, unfinished = [], 0
+    for args_path in sorted(glob.glob(os.path.join(sweep_dir, "*", "args.json"))):
+        run_dir = os.path.dirname(args_path)
+        if not include_unfinished and not os.path.exists(os.path.join(run_dir, "done.json")):
+            unfinished += 1
+            continue
+        with open(args_path) as f:
+            args = json.load(f)
+        runs.append({
+            "dir": run_dir,
+            "args": args,
+            "env_id": args["env_id"],
+            "config": args["exp_name"],
+            "seed": args["seed"],
+            "total_steps": args["num_iterations"] * args["batch_size"],
+            "scalars": read_scalars(run_dir),
+        })  # fmt: skip
+    if unfinished:
+        print(
+            f"note: {unfinished} run(s) without done.json left out (still running or interrupted; --unfinished adds them)"
+        )
+    return runs
+
+
+def score_label(env_ids: list[str]) -> str:
+    kinds = {normalise(env_id, np.zeros(1))[1] for env_id in env_ids}
+    return kinds.pop() if len(kinds) == 1 else "score"
+
+
+def normalise(env_id: str, returns: np.ndarray) -> tuple[np.ndarray, str]:
+    """Human-normalised (Atari), normalised (Procgen easy) or raw returns, and what they are."""
+    try:
+        return metrics.human_normalized_score(env_id, returns), "human-normalised score"
+    except KeyError:
+        pass
+    try:
+        return metrics.procgen_normalized_score(env_id, returns), "normalised return"
+    except KeyError:
+        return returns, "return"
+
+
+def final_score(run: dict, final_fraction: float) -> float:
+    """Mean normalised return of the episodes ending in the last `final_fraction` of training."""
+    steps, returns = run["scalars"].get(RETURN_TAG, (np.zeros(0), np.zeros(0)))
+    window = returns[steps > (1.0 - final_fraction) * run["total_steps"]]
+    if len(window) == 0:
+        window = returns[-10:]  # no episode ended that late: the last ones
+    return float(normalise(run["env_id"], window)[0].mean()) if len(window) else float("nan")
+
+
+def score_curve(run: dict, grid: np.ndarray) -> np.ndarray:
+    """Mean normalised return of the episodes ending in each interval (grid[i-1], grid[i]];
+    an interval without episodes repeats the previous value (the first ones the next)."""
+    steps, returns = run["scalars"].get(RETURN_TAG, (np.zeros(0), np.zeros(0)))
+    scores = normalise(run["env_id"], returns)[0]
+    curve = np.full(len(grid), np.nan)
+    edges = np.concatenate([[-1], grid])
+    for i in range(len(grid)):
+        inside = (steps > edges[i]) & (steps <= edges[i + 1])
+        if inside.any():
+            curve[i] = scores[inside].mean()
+    if np.isnan(curve).all():
+        return curve
+    previous = curve[~np.isnan(curve)][0]  # leading gaps take the first value
+    for i in range(len(curve)):
+        if np.isnan(curve[i]):
+            curve[i] = previous
+        previous = curve[i]
+    return curve
+
+
+def group_runs(runs: list[dict]) -> dict[str, dict[str, list[dict]]]:
+    """{configuration: {game: [runs sorted by seed]}}."""
+    groups: dict[str, dict[str, list[dict]]] = {}
+    for run in runs:
+        groups.setdefault(run["config"], {}).setdefault(run["env_id"], []).append(run)
+    for games in groups.values():
+        for game_runs in games.values():
+            game_runs.sort(key=lambda run: run["seed"])
+    return groups
+
+
+def score_matrices(groups: dict, games: list[str], final_fraction: float) -> dict[str, np.ndarray]:
+    """rliable's input: {configuration: (runs, games) final scores}; seeds aligned per game by
+    rank, truncated to the smallest count; configurations missing a game are left out."""
+    matrices = {}
+    for config, by_game in groups.items():
+        missing = [game for game in games if game not in by_game]
+        if missing:
+            print(f"warning: {config} has no run on {', '.join(missing)}; left out of the aggregate")
+            continue
+        num_runs = min(len(by_game[game]) for game in games)
+        matrices[config] = np.array(
+            [[final_score(by_game[game][i], final_fraction) for game in games] for i in range(num_runs)]
+        )
+    return matrices
+
+
+def iqm(scores: np.ndarray) -> float:
+    """Interquartile mean over every entry (rliable's aggregate_iqm: 25 % trimmed mean)."""
+    from scipy.stats import trim_mean  # noqa: PLC0415
+
+    return float(trim_mean(scores, proportiontocut=0.25, axis=None))
+
+
+def interval_estimates(matrices: dict[str, np.ndarray], func, reps: int, seed: int = 0):
+    """Point estimates and 95 % stratified bootstrap CIs (rliable), reproducible."""
+    import warnings  # noqa: PLC0415
+
+    from rliable import library as rly  # noqa: PLC0415
+
+    with warnings.catch_warnings():  # rliable 1.2 passes arch's deprecated random_state
+        warnings.simplefilter("ignore", FutureWarning)
+        return rly.get_interval_estimates(matrices, func, reps=reps, random_state=np.random.RandomState(seed))
+
+
+# --------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------
+
+
+def pyplot():
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
+def save(figure, path: str, pdf: bool) -> None:
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    if pdf:
+        figure.savefig(os.path.splitext(path)[0] + ".pdf")
+    pyplot().close(figure)
+    print(f"wrote {path}")
+
+
+def mean_and_ci(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over axis 0 and the half-width of a 95 % Student-t interval (0 for one run)."""
+    from scipy.stats import t  # noqa: PLC0415
+
+    mean = np.nanmean(curves, axis=0)
+    n = curves.shape[0]
+    if n < 2:
+        return mean, np.zeros_like(mean)
+    return mean, t.ppf(0.975, n - 1) * np.nanstd(curves, axis=0, ddof=1) / np.sqrt(n)
+
+
+def config_colors(configs: list[str]) -> dict[str, tuple]:
+    plt = pyplot()
+    cmap = plt.get_cmap("tab10" if len(configs) <= 10 else "tab20")
+    return {config: cmap(i % cmap.N) for i, config in enumerate(configs)}
+
+
+def plot_game_curves(groups, games, grid, colors, label, out, pdf) -> None:
+    plt = pyplot()
+    columns = min(len(games), 4)
+    rows = -(-len(games) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    for axis, game in zip(axes.flat, games, strict=False):
+        for config, by_game in groups.items():
+            if game not in by_game:
+                continue
+            mean, half = mean_and_ci(np.array([score_curve(run, grid) for run in by_game[game]]))
+            axis.plot(grid, mean, color=colors[config], label=f"{config} ({len(by_game[game])})")
+            axis.fill_between(grid, mean - half, mean + half, color=colors[config], alpha=0.2)
+        axis.set_title(game)
+        axis.set_xlabel("environment steps")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    for axis in list(axes.flat)[len(games) :]:
+        axis.axis("off")
+    axes.flat[0].legend(fontsize=7, title="configuration (seeds)", title_fontsize=7)
+    figure.suptitle("Learning curves: mean and 95 % CI over seeds")
+    save(figure, out, pdf)
+
+
+def plot_iqm_curves(curve_matrices, grid, colors, label, reps, out, pdf) -> None:
+    plt = pyplot()
+    from rliable import metrics as rliable_metrics  # noqa: PLC0415
+
+    def iqm_per_point(scores):
+        return np.array([rliable_metrics.aggregate_iqm(scores[..., i]) for i in range(scores.shape[-1])])
+
+    points, intervals = interval_estimates(curve_matrices, iqm_per_point, reps)
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for config in curve_matrices:
+        axis.plot(grid, points[config], color=colors[config], label=config)
+        axis.fill_between(grid, intervals[config][0], intervals[config][1], color=colors[config], alpha=0.2)
+    axis.set_xlabel("environment steps")
+    axis.set_ylabel(f"IQM {label}")
+    axis.set_title("IQM over games and seeds (95 % stratified bootstrap CI)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    save(figure, out, pdf)
+
+
+def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
+    tags = sorted({tag for by_game in groups.values() for game_runs in by_game.values() for run in game_runs
+                   for tag in run["scalars"] if tag.startswith("metrics/")})  # fmt: skip
+    if not tags:
+        return tags
+    plt = pyplot()
+    columns = min(len(tags), 4)
+    rows = -(-len(tags) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    for axis, tag in zip(axes.flat, tags, strict=False):
+        for config, by_game in groups.items():
+            curves = [np.interp(grid, *run["scalars"][tag]) for game_runs in by_game.values() for run in game_runs
+                      if tag in run["scalars"]]  # fmt: skip
+            if not curves:
+                continue
+            mean, half = mean_and_ci(np.array(curves))
+            axis.plot(grid, mean, color=colors[config], label=config)
+            axis.fill_between(grid, mean - half, mean + half, color=colors[config], alpha=0.2)
+        axis.set_title(METRIC_TITLES.get(tag, tag.removeprefix("metrics/").replace("_", " ")))
+        axis.set_xlabel("environment steps")
+        axis.grid(alpha=0.3)
+        if tag == "metrics/ddr":
+            axis.set_yscale("log")
+    for axis in list(axes.flat)[len(tags) :]:
+        axis.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    figure.suptitle("Learning dynamics: mean and 95 % CI over runs (all games)")
+    save(figure, out, pdf)
+    return tags
+
+
+def plot_score_vs_envs(summary, label, out, pdf) -> None:
+    """Final IQM against N_envs, one line per rollout length N_RO (the rebuttal's figure)."""
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for num_steps in sorted({row["num_steps"] for row in summary}):
+        rows = sorted((row for row in summary if row["num_steps"] == num_steps), key=lambda row: row["num_envs"])
+        x = [row["num_envs"] for row in rows]
+        y = np.array([row["iqm"] for row in rows])
+        error = np.array([[row["iqm"] - row["ci"][0] for row in rows], [row["ci"][1] - row["iqm"] for row in rows]])
+        axis.errorbar(x, y, yerr=error, marker="o", capsize=3, label=f"N_RO = {num_steps}")
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("N_envs (parallel environments)")
+    axis.set_ylabel(f"IQM final {label}")
+    axis.set_title("Final performance vs N_envs (95 % CI)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    save(figure, out, pdf)
+
+
+def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    plotted = False
+    for config, by_game in groups.items():
+        points = [(run["scalars"]["metrics/ddr"][1].mean(), final_score(run, final_fraction))
+                  for game_runs in by_game.values() for run in game_runs if "metrics/ddr" in run["scalars"]]  # fmt: skip
+        if points:
+            axis.scatter(*zip(*points, strict=True), color=colors[config], label=config, s=18)
+            plotted = True
+    if plotted:
+        axis.set_xscale("log")
+        axis.set_xlabel("data-to-divergence ratio (batch / KL, mean over training)")
+        axis.set_ylabel(f"final {label}")
+        axis.set_title("Final performance vs DDR (one point per run)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+        save(figure, out, pdf)
+    else:
+        plt.close(figure)
+    return plotted
+
+
+# --------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------
+
+
+def report(sweep_dir: str, out_dir: str, final_fraction: float, points: int, reps: int, pdf: bool,
+           include_unfinished: bool) -> None:  # fmt: skip
+    runs = load_runs(sweep_dir, include_unfinished)
+    if not runs:
+        sys.exit(f"error: no finished run under {sweep_dir} (run directories with args.json and done.json)")
+    os.makedirs(out_dir, exist_ok=True)
+    groups = group_runs(runs)
+    configs = sorted(groups)
+    groups = {config: groups[config] for config in configs}
+    games = sorted({run["env_id"] for run in runs})
+    label = score_label(games)
+    colors = config_colors(configs)
+    grid = np.linspace(0, max(run["total_steps"] for run in runs), points + 1)[1:]
+
+    matrices = score_matrices(groups, games, final_fraction)
+    estimates, intervals = interval_estimates(matrices, lambda scores: np.array([iqm(scores)]), reps)
+    summary = []
+    for config, matrix in matrices.items():
+        flags = groups[config][games[0]][0]["args"]
+        ddrs = [run["scalars"]["metrics/ddr"][1].mean() for game_runs in groups[config].values()
+                for run in game_runs if "metrics/ddr" in run["scalars"]]  # fmt: skip
+        summary.append({
+            "config": config, "num_envs": flags["num_envs"], "num_steps": flags["num_steps"],
+            "batch_size": flags["batch_size"], "update_epochs": flags["update_epochs"], "runs": matrix.shape[0],
+            "iqm": float(estimates[config][0]), "ci": (float(intervals[config][0][0]), float(intervals[config][1][0])),
+            "mean": float(np.nanmean(matrix)), "ddr": float(np.mean(ddrs)) if ddrs else float("nan"),
+            "per_game": matrix.mean(axis=0),
+        })  # fmt: skip
+
+    plot_game_curves(groups, games, grid, colors, label, os.path.join(out_dir, "learning_curves.png"), pdf)
+    curve_matrices = {
+        config: np.array([[score_curve(groups[config][game][i], grid) for game in games] for i in range(len(matrix))])
+        for config, matrix in matrices.items()
+    }
+    if curve_matrices:
+        plot_iqm_curves(curve_matrices, grid, colors, label, max(reps // 10, 100),
+                        os.path.join(out_dir, "iqm_curves.png"), pdf)  # fmt: skip
+    tags = plot_metric_curves(groups, grid, colors, os.path.join(out_dir, "metric_curves.png"), pdf)
+    if summary:
+        plot_score_vs_envs(summary, label, os.path.join(out_dir, "score_vs_num_envs.png"), pdf)
+    has_ddr = plot_ddr(groups, final_fraction, colors, label, os.path.join(out_dir, "ddr_vs_score.png"), pdf)
+
+    lines = [
+        f"# {os.path.basename(os.path.abspath(sweep_dir))}",
+        "",
+        f"{len(runs)} runs, {len(games)} game(s): {', '.join(games)}. Final {label} = mean over the episodes "
+        f"ending in the last {final_fraction:.0%} of each run's steps; IQM over runs x games with a 95 % "
+        f"stratified bootstrap CI ({reps} resamples, rliable).",
+        "",
+        f"| configuration | N_envs | N_RO | batch | epochs | runs per game | IQM final {label} [95 % CI] | mean | mean DDR |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for row in summary:
+        lines.append(f"| {row['config']} | {row['num_envs']} | {row['num_steps']} | {row['batch_size']} | "
+                     f"{row['update_epochs']} | {row['runs']} | {row['iqm']:.3f} [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}] "
+                     f"| {row['mean']:.3f} | {row['ddr']:.4g} |")  # fmt: skip
+    lines += ["", f"Mean final {label} per game (over seeds):", "",
+              "| configuration | " + " | ".join(games) + " |", "|---|" + "---|" * len(games)]  # fmt: skip
+    for row in summary:
+        lines.append(f"| {row['config']} | " + " | ".join(f"{value:.3f}" for value in row["per_game"]) + " |")
+    figures = ["learning_curves.png", "iqm_curves.png", "score_vs_num_envs.png"]
+    figures += ["metric_curves.png"] if tags else []
+    figures += ["ddr_vs_score.png"] if has_ddr else []
+    lines += ["", *[f"![{name}]({name})" for name in figures], ""]
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines[: 6 + len(summary)]))
+    print(f"wrote {os.path.join(out_dir, 'report.md')}")
+
+
+# --------------------------------------------------------------------------------------
+# coverage
+# --------------------------------------------------------------------------------------
+
+
+def joint_coverage(points_by_run: dict[str, np.ndarray], grid: int) -> dict[str, float]:
+    """Cvg of each run's 2-D points after rescaling all runs' points together to [0, 1]^2,
+    so that every run is measured on the same grid."""
+    names = list(points_by_run)
+    unit = metrics.rescale_to_unit_square(np.concatenate([points_by_run[name] for name in names]))
+    coverage, start = {}, 0
+    for name in names:
+        count = len(points_by_run[name])
+        coverage[name] = metrics.grid_coverage(unit[start : start + count], grid)
+        start += count
+    return coverage
+
+
+def umap_projection(features: np.ndarray, seed: int) -> np.ndarray:
+    import umap  # noqa: PLC0415 - slow import (numba)
+
+    reducer = umap.UMAP(n_components=2, n_neighbors=min(15, len(features) - 1), random_state=seed)
+    return reducer.fit_transform(features.astype(np.float32))
+
+
+def coverage(sweep_dir: str, out_dir: str, grid: int, points_per_run: int, pdf: bool, include_unfinished: bool) -> None:
+    runs = [run for run in load_runs(sweep_dir, include_unfinished)
+            if os.path.exists(os.path.join(run["dir"], "embeddings.npz"))]  # fmt: skip
+    if not runs:
+        sys.exit(f"error: no run with embeddings.npz under {sweep_dir} (train with --save-embeddings)")
+    os.makedirs(out_dir, exist_ok=True)
+    plt = pyplot()
+    rng = np.random.default_rng(0)
+    rows = []
+    for game in sorted({run["env_id"] for run in runs}):
+        game_runs = [run for run in runs if run["env_id"] == game]
+        embeddings = [np.load(os.path.join(run["dir"], "embeddings.npz")) for run in game_runs]
+        # Equal sample sizes: coverage grows with the number of points.
+        count = min(points_per_run, *(len(e["features"]) for e in embeddings))
+        picks = [rng.choice(len(e["features"]), count, replace=False) for e in embeddings]
+        features = np.concatenate([e["features"][pick] for e, pick in zip(embeddings, picks, strict=True)])
+        values = np.concatenate([e["values"][pick] for e, pick in zip(embeddings, picks, strict=True)])
+        projected = umap_projection(features, seed=0)
+        names = [os.path.basename(run["dir"]) for run in game_runs]
+        by_run = {name: projected[i * count : (i + 1) * count] for i, name in enumerate(names)}
+        cvg = joint_coverage(by_run, grid)
+        unit = metrics.rescale_to_unit_square(projected)
+        figure, axes = plt.subplots(1, len(game_runs), figsize=(3.6 * len(game_runs), 3.4), squeeze=False)
+        for i, (axis, run) in enumerate(zip(axes.flat, game_runs, strict=True)):
+            part = slice(i * count, (i + 1) * count)
+            scatter = axis.scatter(unit[part, 0], unit[part, 1], c=values[part], s=3, cmap="viridis")
+            axis.set_title(f"{run['config']} seed {run['seed']}\nCvg = {cvg[names[i]]:.3f}", fontsize=8)
+            axis.set_xlim(0, 1), axis.set_ylim(0, 1), axis.set_xticks([]), axis.set_yticks([])
+            rows.append((game, run["config"], run["seed"], count, cvg[names[i]]))
+        figure.colorbar(scatter, ax=axes.ravel().tolist(), label="critic value", shrink=0.8)
+        figure.suptitle(f"{game}: UMAP of penultimate features ({count} states per run, {grid}x{grid} grid)")
+        save(figure, os.path.join(out_dir, f"coverage_{game}.png"), pdf)
+    lines = ["# State-space coverage", "", f"Cvg = occupied cells of a {grid} x {grid} grid / {grid * grid}, "
+             "UMAP fitted per game on all its runs.", "",
+             "| game | configuration | seed | states | Cvg |", "|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {game} | {config} | {seed} | {count} | {value:.4f} |" for game, config, seed, count, value in rows]
+    with open(os.path.join(out_dir, "coverage.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+# --------------------------------------------------------------------------------------
+# curves (a few runs, one line each)
+# --------------------------------------------------------------------------------------
 
 
 def moving_average(values: np.ndarray, window: int) -> np.ndarray:
@@ -39,11 +504,7 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool) -> None:
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
     for run_dir in run_dirs:
         steps, values = read_scalar(run_dir, tag)
@@ -62,30 +523,55 @@ def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool)
     axis.grid(alpha=0.3)
     if len(run_dirs) <= 8:
         axis.legend(fontsize=6)
-    figure.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    figure.savefig(out, dpi=120)
-    if pdf:
-        figure.savefig(os.path.splitext(out)[0] + ".pdf")
-    print(f"wrote {out}")
+    save(figure, out, pdf)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
+    report_parser = commands.add_parser("report", help="figures and table of a sweep directory")
+    report_parser.add_argument("sweep_dir", help="the sweep's --runs-dir (e.g. runs/fixed_budget)")
+    report_parser.add_argument("--out", help="output folder (default: SWEEP_DIR/report)")
+    report_parser.add_argument("--final-fraction", type=float, default=0.1,
+                               help="final score = mean over episodes ending in this last fraction of training")  # fmt: skip
+    report_parser.add_argument("--points", type=int, default=20, help="points of the curves over training")
+    report_parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples for the CIs")
+    coverage_parser = commands.add_parser("coverage", help="UMAP state-space coverage of runs with embeddings")
+    coverage_parser.add_argument("sweep_dir", help="folder of run directories made with --save-embeddings")
+    coverage_parser.add_argument("--out", help="output folder (default: SWEEP_DIR/report)")
+    coverage_parser.add_argument("--grid", type=int, default=50, help="G: the G x G grid of the coverage")
+    coverage_parser.add_argument("--points-per-run", type=int, default=2000, help="states sampled from each run")
+    for sub in (report_parser, coverage_parser):
+        sub.add_argument("--pdf", action="store_true", help="also write PDFs next to the PNGs")
+        sub.add_argument("--unfinished", action="store_true", help="include runs without done.json")
     curves = commands.add_parser("curves", help="learning curves of run directories")
     curves.add_argument("run_dirs", nargs="+", help="run directories (runs/{env_id}__{exp_name}__{seed}__{time})")
-    curves.add_argument("--tag", default="charts/episodic_return", help="scalar tag to plot")
+    curves.add_argument("--tag", default=RETURN_TAG, help="scalar tag to plot")
     curves.add_argument("--out", default="learning_curve.png", help="output PNG path")
     curves.add_argument("--smooth", type=int, default=10, help="moving-average window in logged points")
     curves.add_argument("--pdf", action="store_true", help="also write a PDF next to the PNG")
     args = parser.parse_args()
-    missing = [d for d in args.run_dirs if not os.path.isdir(d)]
-    if missing:
-        parser.exit(2, f"error: not a run directory: {missing[0]}\n")
-    if args.smooth < 1:
-        parser.exit(2, "error: --smooth must be >= 1\n")
-    plot_curves(args.run_dirs, args.tag, args.out, args.smooth, args.pdf)
+
+    if args.command == "curves":
+        missing = [d for d in args.run_dirs if not os.path.isdir(d)]
+        if missing:
+            parser.exit(2, f"error: not a run directory: {missing[0]}\n")
+        if args.smooth < 1:
+            parser.exit(2, "error: --smooth must be >= 1\n")
+        plot_curves(args.run_dirs, args.tag, args.out, args.smooth, args.pdf)
+        return
+    if not os.path.isdir(args.sweep_dir):
+        parser.exit(2, f"error: {args.sweep_dir!r} is not a directory\n")
+    out_dir = args.out or os.path.join(args.sweep_dir, "report")
+    if args.command == "report":
+        if not 0 < args.final_fraction <= 1 or args.points < 2 or args.reps < 10:
+            parser.exit(2, "error: need 0 < --final-fraction <= 1, --points >= 2 and --reps >= 10\n")
+        report(args.sweep_dir, out_dir, args.final_fraction, args.points, args.reps, args.pdf, args.unfinished)
+    else:
+        if args.grid < 1 or args.points_per_run < 3:
+            parser.exit(2, "error: need --grid >= 1 and --points-per-run >= 3\n")
+        coverage(args.sweep_dir, out_dir, args.grid, args.points_per_run, args.pdf, args.unfinished)
 
 
 if __name__ == "__main__":
