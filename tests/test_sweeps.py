@@ -1,0 +1,228 @@
+"""sweeps/: the launcher (print, local, slurm; skip, resume, failures), every sweep's
+commands, and aggregation of a tiny real sweep checked against its event files."""
+
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+import metrics
+
+LAUNCH = os.path.join(ROOT, "sweeps", "launch.sh")
+AGGREGATE = os.path.join(ROOT, "sweeps", "aggregate.py")
+SWEEPS = sorted(path for path in glob.glob(os.path.join(ROOT, "sweeps", "*.sh")) if path != LAUNCH)
+
+
+def launch(commands, tmp_path, **env):
+    commands_file = tmp_path / "commands.txt"
+    commands_file.write_text(commands)
+    full_env = {**os.environ, "LOG_DIR": str(tmp_path / "logs"), **env}
+    return subprocess.run(["bash", LAUNCH, str(commands_file)], capture_output=True, text=True, env=full_env,
+                          cwd=tmp_path, timeout=120)  # fmt: skip
+
+
+def test_print_mode_prints_and_runs_nothing(tmp_path):
+    result = launch("# a comment\n\ntouch made-a\n  touch made-b --seed 2\n", tmp_path, LAUNCHER="print")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["touch made-a", "  touch made-b --seed 2"]
+    assert not (tmp_path / "made-a").exists() and not (tmp_path / "logs").exists()
+
+
+def test_local_mode_runs_in_parallel_and_reports_failures(tmp_path):
+    # the two sleepers overlap only with 2 workers: each waits for the other's file
+    commands = ("touch first && for i in $(seq 50); do [ -e second ] && exit 0; sleep 0.1; done; exit 1\n"
+                "touch second && for i in $(seq 50); do [ -e first ] && exit 0; sleep 0.1; done; exit 1\n"
+                "sh -c 'echo broken; exit 3'\n")  # fmt: skip
+    result = launch(commands, tmp_path, JOBS="2")
+    assert result.returncode == 1
+    assert "[1] done" in result.stdout and "[2] done" in result.stdout
+    assert "1 command(s) failed:" in result.stdout
+    failed_line = result.stdout.splitlines()[-1]
+    assert failed_line.startswith("exit 3 | sh -c 'echo broken; exit 3' | log: ")
+    log_path = failed_line.rsplit("log: ", 1)[1]
+    assert "broken" in open(tmp_path / log_path if not os.path.isabs(log_path) else log_path).read()
+
+
+def make_run(runs_dir, name, files):
+    run_dir = runs_dir / name
+    run_dir.mkdir(parents=True)
+    for file in files:
+        (run_dir / file).write_text("{}")
+    return run_dir
+
+
+def test_local_mode_skips_finished_runs_and_resumes_interrupted_ones(tmp_path):
+    runs = tmp_path / "runs"
+    make_run(runs, "Pong-v5__finished__1__100", ["args.json", "checkpoint.pt", "done.json"])
+    interrupted = make_run(runs, "Pong-v5__interrupted__2__100", ["args.json", "checkpoint.pt"])
+    make_run(runs, "Pong-v5__crashed__1__100", ["args.json"])  # no checkpoint: starts over
+    commands = "\n".join(f"echo --env-id Pong-v5 --exp-name {name} --seed {seed} --runs-dir runs"
+                         for name, seed in [("finished", 1), ("interrupted", 2), ("crashed", 1), ("new", 1)])  # fmt: skip
+    result = launch(commands + "\n", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[1] skipped (finished)" in result.stdout
+    assert "launched 3 (1 resumed from a checkpoint), skipped 1 finished" in result.stdout
+    logs = {int(os.path.basename(path)[:-4]): open(path).read() for path in glob.glob(str(tmp_path / "logs" / "*.log"))}
+    assert sorted(logs) == [2, 3, 4]
+    assert logs[2].splitlines()[-1].endswith(f"--resume runs/{interrupted.name}/checkpoint.pt")
+    assert "--resume" not in logs[3] and "--resume" not in logs[4]
+
+
+def test_slurm_mode_submits_each_command_with_sbatch(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_sbatch = bin_dir / "sbatch"
+    fake_sbatch.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> "$SBATCH_LOG"\necho 4242\n')
+    fake_sbatch.chmod(0o755)
+    result = launch("echo one --seed 1\necho two\n", tmp_path, LAUNCHER="slurm", SBATCH_ARGS="--gres=gpu:1 --time=1:00:00",
+                    PATH=f"{bin_dir}:{os.environ['PATH']}", SBATCH_LOG=str(tmp_path / "sbatch.log"))  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[1] submitted job 4242: echo one --seed 1" in result.stdout
+    submitted = (tmp_path / "sbatch.log").read_text().splitlines()
+    assert submitted.count("--gres=gpu:1") == 2 and submitted.count("--time=1:00:00") == 2
+    assert "--wrap=echo one --seed 1" in submitted and "--wrap=echo two" in submitted
+
+
+@pytest.mark.parametrize(
+    "env, fragment", [({"LAUNCHER": "cloud"}, "LAUNCHER must be"), ({"JOBS": "0"}, "JOBS must be")]
+)
+def test_launcher_rejects_bad_settings(tmp_path, env, fragment):
+    result = launch("true\n", tmp_path, **env)
+    assert result.returncode == 2 and fragment in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def sweep_commands(sweep, tmp_path, scale):
+    env = {**os.environ, "LAUNCHER": "print", "SCALE": scale, "RUNS_DIR": str(tmp_path / "runs")}
+    result = subprocess.run(["bash", sweep], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("sweep", SWEEPS, ids=os.path.basename)
+def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeypatch, capsys):
+    """Each distinct configuration of the CPU and the paper-scale version passes the
+    script's own flag validation (a typo in a sweep would fail here, not on a cluster)."""
+    import importlib
+
+    for scale in ("cpu", "paper"):
+        commands = sweep_commands(sweep, tmp_path, scale)
+        assert commands, f"{sweep} printed no command"
+        names = set()
+        for command in commands:
+            words = shlex.split(command)
+            exp_name = words[words.index("--exp-name") + 1]
+            assert re.fullmatch(r"[A-Za-z0-9_.\-]+", exp_name), exp_name  # the run name encodes the configuration
+            if (exp_name, scale) in names:
+                continue
+            names.add((exp_name, scale))
+            script = os.path.basename(words[1])
+            module = importlib.import_module(script.removesuffix(".py"))
+            monkeypatch.setattr(sys, "argv", [script, *words[2:]])
+            module.validate_and_derive(module.parse_args())
+        assert capsys.readouterr().err == ""
+    paper = " ".join(sweep_commands(sweep, tmp_path, "paper"))
+    assert "--seed 3" in paper and ("--seed 5" in paper or "coverage" in sweep)  # the header's seeds
+
+
+def final_scores_from_events(run_dir):
+    """Directly from the event file: mean human-normalised return of the episodes ending in
+    the second half of the run's steps (the report is made with --final-fraction 0.5)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = json.load(open(os.path.join(run_dir, "args.json")))
+    total = args["num_iterations"] * args["batch_size"]
+    values = []
+    for path in glob.glob(os.path.join(run_dir, "events.out.tfevents.*")):
+        accumulator = EventAccumulator(path, size_guidance={"scalars": 0})
+        accumulator.Reload()
+        values += [e.value for e in accumulator.Scalars("charts/episodic_return") if e.step > 0.5 * total]
+    return float(np.mean(metrics.human_normalized_score(args["env_id"], np.array(values))))
+
+
+def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
+    from scipy.stats import trim_mean
+
+    runs = tmp_path / "runs"
+    env = {**os.environ, "GAMES": "Breakout", "SEEDS": "1 2", "TOTAL_TIMESTEPS": "512", "SHAPES": "4x16 8x8",
+           "RUNS_DIR": str(runs), "LOG_DIR": str(tmp_path / "logs"), "JOBS": "2", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
+           "EXTRA_FLAGS": "--no-cuda --max-episode-steps 40 --metrics-interval 2 --metrics-batch 24"}  # fmt: skip
+    sweep = os.path.join(ROOT, "sweeps", "fixed_budget.sh")
+    result = subprocess.run(["bash", sweep], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dirs = sorted(glob.glob(str(runs / "Breakout-v5__*")))
+    assert len(run_dirs) == 4 and all(os.path.exists(os.path.join(d, "done.json")) for d in run_dirs)
+
+    report = subprocess.run([sys.executable, AGGREGATE, "report", str(runs), "--reps", "200", "--pdf", "--final-fraction", "0.5"],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    out = runs / "report"
+    for name in ("learning_curves", "iqm_curves", "metric_curves", "score_vs_num_envs", "ddr_vs_score"):
+        assert (out / f"{name}.png").stat().st_size > 10_000 and (out / f"{name}.pdf").exists(), name
+    rows = {}
+    for line in (out / "report.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if cells[0].startswith("ppo_envs") and len(cells) == 9:
+            rows[cells[0]] = cells
+    assert sorted(rows) == ["ppo_envs4_steps16", "ppo_envs8_steps8"]
+    expected_shape = {"ppo_envs4_steps16": ["4", "16"], "ppo_envs8_steps8": ["8", "8"]}
+    for config, cells in rows.items():
+        scores = [final_scores_from_events(d) for d in run_dirs if f"__{config}__" in d]
+        assert len(scores) == 2 and not np.isnan(scores).any()
+        assert cells[1:6] == [*expected_shape[config], "64", "4", "2"]  # N_envs, N_RO, batch, epochs, seeds
+        assert float(cells[6].split()[0]) == pytest.approx(trim_mean(scores, 0.25), abs=1e-3)  # the IQM
+        assert float(cells[7]) == pytest.approx(np.mean(scores), abs=1e-3)
+
+    # Re-run: finished runs are skipped; a run whose marker is gone resumes from its checkpoint.
+    os.remove(os.path.join(run_dirs[0], "done.json"))
+    again = subprocess.run(["bash", sweep], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "launched 1 (1 resumed from a checkpoint), skipped 3 finished" in again.stdout
+    assert sorted(glob.glob(str(runs / "Breakout-v5__*"))) == run_dirs  # no new run directory
+    assert json.load(open(os.path.join(run_dirs[0], "done.json")))["global_step"] == 512
+
+
+def test_joint_coverage_counts_cells_on_a_shared_grid():
+    from sweeps.aggregate import joint_coverage
+
+    # corners fix the unit square; on a 4 x 4 grid run "a" occupies 2 cells, run "b" 3
+    points = {"a": np.array([[0.0, 0.0], [4.0, 4.0], [0.1, 0.1]]),
+              "b": np.array([[1.5, 1.5], [2.5, 0.5], [2.6, 0.6], [3.9, 0.1]])}  # fmt: skip
+    assert joint_coverage(points, grid=4) == {"a": 2 / 16, "b": 3 / 16}
+
+
+def test_coverage_of_synthetic_embeddings(tmp_path):
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 20, size=(8, 16))
+    embeddings = {"narrow": rng.normal(0, 0.3, size=(200, 16)),  # one cluster
+                  "wide": centres[rng.integers(0, 8, 200)] + rng.normal(0, 0.3, size=(200, 16))}  # eight  # fmt: skip
+    for name, features in embeddings.items():
+        run_dir = tmp_path / f"Breakout-v5__{name}__1__100"
+        run_dir.mkdir()
+        json.dump({"env_id": "Breakout-v5", "exp_name": name, "seed": 1, "num_iterations": 1, "batch_size": 1},
+                  open(run_dir / "args.json", "w"))  # fmt: skip
+        (run_dir / "done.json").write_text("{}")
+        np.savez(run_dir / "embeddings.npz", features=features.astype(np.float16), values=rng.normal(size=200),
+                 iteration=np.ones(200), global_step=np.ones(200))  # fmt: skip
+    result = subprocess.run([sys.executable, AGGREGATE, "coverage", str(tmp_path), "--grid", "20"],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    table = (tmp_path / "report" / "coverage.md").read_text()
+    cvg = {row.split("|")[2].strip(): float(row.split("|")[5]) for row in table.splitlines() if "| Breakout" in row}
+    assert 0 < cvg["narrow"] < cvg["wide"] <= 200 / 400
+    assert (tmp_path / "report" / "coverage_Breakout-v5.png").exists()
+
+
+def test_aggregate_bad_input_exits_2(tmp_path):
+    result = subprocess.run([sys.executable, AGGREGATE, "report", str(tmp_path / "missing")], capture_output=True,
+                            text=True)  # fmt: skip
+    assert result.returncode == 2 and "is not a directory" in result.stderr
+    empty = subprocess.run([sys.executable, AGGREGATE, "report", str(tmp_path)], capture_output=True, text=True)
+    assert empty.returncode != 0 and "no finished run" in empty.stderr
