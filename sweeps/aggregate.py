@@ -234,11 +234,18 @@ def config_colors(configs: list[str]) -> dict[str, tuple]:
     return {config: cmap(i % cmap.N) for i, config in enumerate(configs)}
 
 
+def panel_grid(count: int):
+    """A figure with `count` panels, 4 per row; the spare panels are hidden."""
+    columns = min(count, 4)
+    rows = -(-count // columns)
+    figure, axes = pyplot().subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    for axis in list(axes.flat)[count:]:
+        axis.axis("off")
+    return figure, axes
+
+
 def plot_game_curves(groups, games, grid, colors, label, out, pdf) -> None:
-    plt = pyplot()
-    columns = min(len(games), 4)
-    rows = -(-len(games) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    figure, axes = panel_grid(len(games))
     for axis, game in zip(axes.flat, games, strict=False):
         for config, by_game in groups.items():
             if game not in by_game:
@@ -250,8 +257,6 @@ def plot_game_curves(groups, games, grid, colors, label, out, pdf) -> None:
         axis.set_xlabel("environment steps")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
-    for axis in list(axes.flat)[len(games) :]:
-        axis.axis("off")
     axes.flat[0].legend(fontsize=7, title="configuration (seeds)", title_fontsize=7)
     figure.suptitle("Learning curves: mean and 95 % CI over seeds")
     save(figure, out, pdf)
@@ -282,10 +287,7 @@ def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
                    for tag in run["scalars"] if tag.startswith("metrics/")})  # fmt: skip
     if not tags:
         return tags
-    plt = pyplot()
-    columns = min(len(tags), 4)
-    rows = -(-len(tags) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    figure, axes = panel_grid(len(tags))
     for axis, tag in zip(axes.flat, tags, strict=False):
         for config, by_game in groups.items():
             curves = [np.interp(grid, *run["scalars"][tag]) for game_runs in by_game.values() for run in game_runs
@@ -300,8 +302,6 @@ def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
         axis.grid(alpha=0.3)
         if tag == "metrics/ddr":
             axis.set_yscale("log")
-    for axis in list(axes.flat)[len(tags) :]:
-        axis.axis("off")
     axes.flat[0].legend(fontsize=7)
     figure.suptitle("Learning dynamics: mean and 95 % CI over runs (all games)")
     save(figure, out, pdf)
