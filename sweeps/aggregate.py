@@ -177,10 +177,10 @@ def score_matrices(groups: dict, games: list[str], final_fraction: float) -> dic
 
 
 def iqm(scores: np.ndarray) -> float:
-    """Interquartile mean over every entry (rliable's aggregate_iqm: 25 % trimmed mean)."""
-    from scipy.stats import trim_mean  # noqa: PLC0415
+    """Interquartile mean over every entry (a 25 % trimmed mean), as rliable computes it."""
+    from rliable import metrics as rliable_metrics  # noqa: PLC0415
 
-    return float(trim_mean(scores, proportiontocut=0.25, axis=None))
+    return float(rliable_metrics.aggregate_iqm(scores))
 
 
 def interval_estimates(matrices: dict[str, np.ndarray], func, reps: int, seed: int = 0):
