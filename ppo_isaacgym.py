@@ -867,8 +867,8 @@ def main() -> None:
             global_step -= step * args.num_envs  # the interrupted rollout is discarded
             break
 
-        steps_done, _ = torch.nonzero(torch.maximum(rollout_terminations, rollout_truncations), as_tuple=True)
         finished = torch.maximum(rollout_terminations, rollout_truncations).bool()
+        steps_done, _ = finished.nonzero(as_tuple=True)  # row-major, the order of the boolean indexing below
         for t, finished_return, finished_length in zip(steps_done.tolist(), rollout_finished_returns[finished].tolist(),
                                                        rollout_finished_lengths[finished].tolist(), strict=True):  # fmt: skip
             step_of_episode_end = iteration_start_step + (t + 1) * args.num_envs

@@ -264,10 +264,9 @@ def plot_game_curves(groups, games, grid, colors, label, out, pdf) -> None:
 
 def plot_iqm_curves(curve_matrices, grid, colors, label, reps, out, pdf) -> None:
     plt = pyplot()
-    from rliable import metrics as rliable_metrics  # noqa: PLC0415
 
     def iqm_per_point(scores):
-        return np.array([rliable_metrics.aggregate_iqm(scores[..., i]) for i in range(scores.shape[-1])])
+        return np.array([iqm(scores[..., i]) for i in range(scores.shape[-1])])
 
     points, intervals = interval_estimates(curve_matrices, iqm_per_point, reps)
     figure, axis = plt.subplots(figsize=(6, 4))
