@@ -78,6 +78,10 @@ class Args:
     """N_envs: parallel environments"""
     num_steps: int = 256
     """N_RO: rollout length per environment and iteration"""
+    num_levels: int = 0
+    """distinct levels to train on (0: unlimited, the paper's setting; Cobbe et al.'s generalisation protocol uses 200)"""
+    start_level: int = 0
+    """first level seed: training uses levels start_level .. start_level + num_levels - 1"""
 
     # Optimisation
     learning_rate: float = 5e-4
@@ -197,7 +201,8 @@ def validate_and_derive(args: Args) -> Args:
                  "metrics_batch", "embeddings_per_iteration"):  # fmt: skip
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau"):
+    for name in ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau", "num_levels",
+                 "start_level"):  # fmt: skip
         if getattr(args, name) < 0:
             fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     for name in ("learning_rate", "adam_eps", "clip_coef", "max_grad_norm", "reward_clip"):
@@ -603,7 +608,8 @@ def record_video(agent: Agent, args: Args, run_dir: str, device: torch.device) -
     import envpool  # noqa: PLC0415
     from moviepy import ImageSequenceClip  # noqa: PLC0415 - only needed for the video
 
-    env = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, seed=args.seed + 1_000_000)
+    env = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, seed=args.seed + 1_000_000,
+                       num_levels=args.num_levels, start_level=args.start_level)  # fmt: skip
     obs, _ = env.reset()
     frames, total_return = [obs[0]], 0.0
     while True:
@@ -726,9 +732,10 @@ def main() -> None:
     if checkpoint is not None:
         start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
     # A resumed run starts fresh episodes from a different env seed (EnvPool state is not saved).
-    # Procgen defaults: all levels (num_levels=0), distribution mode from the id (Easy/Hard),
-    # each game's own time limit (EnvPool's Procgen ignores max_episode_steps).
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1)
+    # Distribution mode from the id (Easy/Hard), each game's own time limit (EnvPool's
+    # Procgen ignores max_episode_steps).
+    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1,
+                        num_levels=args.num_levels, start_level=args.start_level)  # fmt: skip
     num_actions = envs.action_space.n
 
     agent = Agent(num_actions, args.separate_networks).to(device, memory_format=torch.channels_last)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 import envpool
 import numpy as np
@@ -113,6 +114,34 @@ def test_envpool_procgen_resets_on_the_step_after_an_episode_ends():
     assert reward[0] == 0 and not terminated[0] and not truncated[0] and info["elapsed_step"][0] == 0
 
 
+def test_envpool_num_levels_fixes_the_level_whatever_the_seed():
+    """What --num-levels/--start-level mean: one level -> the same first frame under any seed."""
+
+    def first_frames(**levels):
+        return [envpool.make("BigfishEasy-v0", env_type="gymnasium", num_envs=1, seed=seed, **levels).reset()[0][0]
+                for seed in (1, 2)]  # fmt: skip
+
+    one_level = first_frames(num_levels=1, start_level=7)
+    assert np.array_equal(one_level[0], one_level[1])
+    all_levels = first_frames()
+    assert not np.array_equal(all_levels[0], all_levels[1])
+
+
+def test_level_flags_reach_envpool(tmp_path, monkeypatch):
+    made, real_make = [], envpool.make
+
+    def recording_make(*args, **kwargs):
+        made.append(kwargs)
+        return real_make(*args, **kwargs)
+
+    monkeypatch.setattr(envpool, "make", recording_make)
+    flags = [*TINY, "--total-timesteps", "128", "--num-levels", "1", "--start-level", "7", "--runs-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [SCRIPT, *flags])
+    ppo_procgen.main()
+    assert made and all(kwargs["num_levels"] == 1 and kwargs["start_level"] == 7 for kwargs in made)
+    assert json.load(open(os.path.join(only_run_dir(tmp_path), "done.json")))["global_step"] == 128
+
+
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--save-model",
                         "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video",
@@ -173,6 +202,7 @@ BAD_FLAGS = [
     (["--max-episode-steps", "100"], "--max-episode-steps"),  # EnvPool's Procgen has no such option
     (["--reward-clip", "0"], "--reward-clip must be > 0"),
     (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
+    (["--num-levels", "-1"], "--num-levels must be >= 0"),
     (["--total-timesteps", "100"], "smaller than one batch"),
     (["--separate-networks", "maybe"], "Unrecognized options: maybe (see --help)"),  # a switch takes no value
 ]
