@@ -23,11 +23,16 @@ class Args:
     """parallel environments"""
     seed: int = 1
     """seed of the environments and the random actions"""
+    num_levels: int | None = None
+    """Procgen only: play the levels start_level .. start_level + num_levels - 1 (as ppo_procgen.py)"""
+    start_level: int = 0
+    """Procgen only: first level seed, with --num-levels"""
 
 
 def main() -> None:
     args = tyro.cli(Args)
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed)
+    levels = {} if args.num_levels is None else {"num_levels": args.num_levels, "start_level": args.start_level}
+    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed, **levels)
     space, rng = envs.action_space, np.random.default_rng(args.seed)
     envs.reset()
     episode_return, returns, lengths = np.zeros(args.num_envs), [], []

@@ -1,0 +1,26 @@
+"""benchmarks/random_policy.py: the random-policy line of the learning checks."""
+
+import re
+
+import pytest
+from conftest import run_script
+
+
+def random_policy(*flags):
+    result = run_script("benchmarks/random_policy.py", *flags)
+    assert result.returncode == 0, result.stderr
+    match = re.search(r"(\d+) episodes of uniformly random actions: mean return (-?[\d.]+) .* mean length ([\d.]+)",
+                      result.stdout)  # fmt: skip
+    assert match, result.stdout
+    return int(match[1]), float(match[2]), float(match[3])
+
+
+@pytest.mark.parametrize("flags", [["--env-id", "BigfishEasy-v0"], ["--env-id", "BigfishEasy-v0", "--num-levels", "1"]])
+def test_random_policy_on_procgen(flags):
+    episodes, mean_return, mean_length = random_policy(*flags, "--episodes", "20", "--num-envs", "4")
+    assert episodes == 20 and 0 <= mean_return <= 40 and mean_length > 1  # BigFish pays +1 a fish, +10 at the end
+
+
+def test_random_policy_on_mujoco():
+    episodes, mean_return, mean_length = random_policy("--env-id", "Hopper-v5", "--episodes", "8", "--num-envs", "4")
+    assert episodes == 8 and mean_length > 1 and -50 < mean_return < 100  # a random Hopper falls over at once
