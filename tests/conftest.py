@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -41,16 +42,13 @@ def only_run_dir(runs_dir):
 
 
 def read_scalars(run_dir):
-    """{tag: [(step, value), ...]} over every event file of the run directory, sorted by step."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    """{tag: [(step, value), ...]} sorted by step, from sweeps/aggregate.py's reader."""
+    from sweeps.aggregate import read_scalars as read_tensorboard
 
-    scalars = {}
-    for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
-        accumulator = EventAccumulator(path, size_guidance={"scalars": 0})
-        accumulator.Reload()
-        for tag in accumulator.Tags()["scalars"]:
-            scalars.setdefault(tag, []).extend((event.step, event.value) for event in accumulator.Scalars(tag))
-    return {tag: sorted(values) for tag, values in scalars.items()}
+    return {
+        tag: list(zip(steps.tolist(), values.tolist(), strict=True))
+        for tag, (steps, values) in read_tensorboard(run_dir).items()
+    }
 
 
 @pytest.fixture
@@ -65,7 +63,7 @@ def usage_error(main, monkeypatch, capsys, argv):
     """Run a script's main() in-process; it must exit 2 with one "error: ..." line and no stdout.
 
     Returns that line. In-process because importing torch and EnvPool once is much faster
-    than once per bad flag; tests/test_*_e2e.py also check the real command line.
+    than once per bad flag; each test_<script>.py also checks the real command line.
     """
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exit_info:
@@ -78,22 +76,39 @@ def usage_error(main, monkeypatch, capsys, argv):
     return lines[0]
 
 
-def interrupt_with_sigterm(script, flags, wait_for="step "):
-    """Start a script, send SIGTERM once a stdout line starts with `wait_for` (the first
-    progress line comes after the first iteration); it must save and exit 128 + SIGTERM.
-    Returns its stdout."""
+def tyro_error(main, monkeypatch, capsys, argv):
+    """A flag tyro itself rejects (unknown flag, wrong type or choice): exit 2 and tyro's own
+    message on stderr, no traceback, nothing on stdout. Returns stderr."""
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and captured.out == ""
+    return captured.err
+
+
+def interrupt_with_sigterm(script, flags, wait_for=None):
+    """Start a script and send SIGTERM once it has run an iteration: when a stdout line starts
+    with `wait_for`, or else when --checkpoint-interval 1 (added here) has written the first
+    checkpoint.pt. It must save and exit 128 + SIGTERM. Returns its stdout."""
+    runs_dir = flags[flags.index("--runs-dir") + 1]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [sys.executable, script, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    for line in process.stdout:
-        if line.startswith(wait_for):
-            break
+    command = [sys.executable, script, *flags, *([] if wait_for else ["--checkpoint-interval", "1"])]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if wait_for:
+        for line in process.stdout:
+            if line.startswith(wait_for):
+                break
+    else:
+        deadline = time.time() + 300
+        while not glob.glob(os.path.join(runs_dir, "*", "checkpoint.pt")) and process.poll() is None:
+            assert time.time() < deadline, "no checkpoint after 300 s"
+            time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "--resume" in stdout
-    runs_dir = flags[flags.index("--runs-dir") + 1]
     assert not glob.glob(os.path.join(runs_dir, "*", "done.json"))  # interrupted: no completion marker
     return stdout
 
@@ -114,9 +129,7 @@ def check_run_artifacts(
         model = model["model"]
     assert set(model) == set(checkpoint["model"])
     embeddings = np.load(os.path.join(run_dir, "embeddings.npz"))
-    assert embeddings["features"].shape == (embedding_rows, feature_dim) and embeddings["values"].shape == (
-        embedding_rows,
-    )
+    assert embeddings["features"].shape == (embedding_rows, feature_dim) and embeddings["values"].shape == (embedding_rows,)
     assert sorted(set(embeddings["iteration"].tolist())) == list(metric_iterations)
     if video:
         videos = os.listdir(os.path.join(run_dir, "videos"))

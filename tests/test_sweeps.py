@@ -125,7 +125,7 @@ def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeyp
             script = os.path.basename(words[1])
             module = importlib.import_module(script.removesuffix(".py"))
             monkeypatch.setattr(sys, "argv", [script, *words[2:]])
-            module.validate_and_derive(module.parse_args())
+            module.parse_args()
         assert capsys.readouterr().err == ""
     paper = " ".join(sweep_commands(sweep, tmp_path, "paper"))
     assert "--seed 3" in paper and ("--seed 5" in paper or "coverage" in sweep)  # the header's seeds

@@ -1,0 +1,268 @@
+"""ppo_atari_envpool.py: the loop's maths on hand-made tensors, EnvPool's reset step on a real tiny
+episode, and the script end to end on a tiny CPU budget."""
+
+import json
+import math
+import os
+
+import envpool
+import numpy as np
+import pytest
+import torch
+from conftest import (
+    PPO_TAGS,
+    check_run_artifacts,
+    interrupt_with_sigterm,
+    only_run_dir,
+    read_scalars,
+    run_script,
+    tyro_error,
+    usage_error,
+)
+
+import ppo_atari_envpool
+from ppo_atari_envpool import compute_gae, ppo_loss, reset_step_mask
+
+
+def gae(rewards, values, terminations, truncations, valid, next_value, gamma=0.5, lam=0.5):
+    column = lambda xs: torch.tensor(xs, dtype=torch.float32)[:, None]  # noqa: E731 - (T, N=1)
+    return compute_gae(column(rewards), column(values), column(terminations), column(truncations), column(valid),
+                       torch.tensor([next_value]), gamma, lam)  # fmt: skip
+
+
+def test_gae_termination_and_reset_step():
+    # t=1 ends the episode (terminal), t=2 is EnvPool's reset step, t=3 a new episode.
+    advantages, returns = gae(rewards=[1, 2, 0, 3], values=[0.5, 1.0, 4.0, 2.0], terminations=[0, 1, 0, 0],
+                              truncations=[0, 0, 0, 0], valid=[1, 1, 0, 1], next_value=1.0)  # fmt: skip
+    # t=3: 3 + 0.5*1 - 2 = 1.5; t=2: masked; t=1: 2 + 0 - 1 = 1 (no bootstrap, chain cut);
+    # t=0: (1 + 0.5*1 - 0.5) + 0.5*0.5*1 = 1.25
+    assert advantages[:, 0].tolist() == pytest.approx([1.25, 1.0, 0.0, 1.5])
+    assert returns[:, 0].tolist() == pytest.approx([1.75, 2.0, 4.0, 3.5])
+
+
+def test_gae_truncation_bootstraps_from_last_observation():
+    # Same rollout but t=1 is a time-limit truncation: values[2] = V(last observation) = 4
+    advantages, _ = gae(rewards=[1, 2, 0, 3], values=[0.5, 1.0, 4.0, 2.0], terminations=[0, 0, 0, 0],
+                        truncations=[0, 1, 0, 0], valid=[1, 1, 0, 1], next_value=1.0)  # fmt: skip
+    # t=1: 2 + 0.5*4 - 1 = 3 (chain still cut); t=0: 1 + 0.25*3 = 1.75
+    assert advantages[:, 0].tolist() == pytest.approx([1.75, 3.0, 0.0, 1.5])
+
+
+def test_gae_without_episode_end_is_plain_gae():
+    advantages, _ = gae(rewards=[1, 1], values=[0, 0], terminations=[0, 0], truncations=[0, 0], valid=[1, 1],
+                        next_value=2.0)  # fmt: skip
+    # t=1: 1 + 0.5*2 = 2; t=0: 1 + 0.25*2 = 1.5
+    assert advantages[:, 0].tolist() == pytest.approx([1.5, 2.0])
+
+
+def test_reset_step_mask_on_a_scripted_envpool_episode():
+    """Drive a 5-step time limit through EnvPool: the step after the truncation is the reset step."""
+    env = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1, seed=0, max_episode_steps=5)
+    env.reset()
+    previous_done = torch.zeros(1)
+    masks, rewards, elapsed, truncated = [], [], [], []
+    for _ in range(12):
+        masks.append(reset_step_mask(previous_done).item())
+        _, reward, terminated, truncation, info = env.step(np.zeros(1, dtype=np.int64))
+        rewards.append(float(reward[0]))
+        elapsed.append(int(info["elapsed_step"][0]))
+        truncated.append(bool(truncation[0]))
+        previous_done = torch.as_tensor(terminated | truncation, dtype=torch.float32)
+    env.close()
+    # steps 0-4 are the episode (truncated at step 4), step 5 resets, 6-10 next episode, 11 resets
+    assert truncated == [False] * 4 + [True] + [False] * 5 + [True] + [False]
+    assert masks == [1.0] * 5 + [0.0] + [1.0] * 5 + [0.0]
+    assert elapsed[5] == 0 and elapsed[11] == 0  # the reset step starts a new episode
+    assert rewards[5] == 0.0 and rewards[11] == 0.0
+
+
+def loss_args(**overrides):
+    base = dict(new_logprob=torch.zeros(2), old_logprob=torch.zeros(2), advantages=torch.tensor([1.0, -2.0]),
+                new_value=torch.tensor([1.0, 2.0]), old_value=torch.tensor([1.0, 2.0]), returns=torch.zeros(2),
+                entropy=torch.tensor([0.5, 1.5]), mask=torch.ones(2), clip_coef=0.2, clip_vloss=False,
+                ent_coef=0.01, vf_coef=0.5, norm_adv=False)  # fmt: skip
+    return {**base, **overrides}
+
+
+def call_ppo_loss(new_logprob, old_logprob, advantages, new_value, old_value, returns, entropy, mask, **coefficients):
+    minibatch = {"logprobs": old_logprob, "values": old_value, "advantages": advantages, "returns": returns, "valid": mask}
+    return ppo_loss(new_logprob, new_value, entropy, minibatch, **coefficients)
+
+
+def test_ppo_loss_hand_computed():
+    loss, stats = call_ppo_loss(**loss_args())
+    # ratio 1: policy loss -mean(A) = 0.5; value 0.5 * mean(1, 4) = 1.25; entropy mean 1
+    assert stats["policy_loss"].item() == pytest.approx(0.5)
+    assert stats["value_loss"].item() == pytest.approx(1.25)
+    assert stats["entropy"].item() == pytest.approx(1.0)
+    assert loss.item() == pytest.approx(0.5 - 0.01 * 1.0 + 0.5 * 1.25)
+
+
+def test_ppo_loss_clips_the_ratio():
+    up = torch.full((1,), math.log(1.5))
+    _, positive = call_ppo_loss(**loss_args(new_logprob=up, old_logprob=torch.zeros(1), advantages=torch.ones(1),
+                                       new_value=torch.zeros(1), old_value=torch.zeros(1), returns=torch.zeros(1),
+                                       entropy=torch.zeros(1), mask=torch.ones(1)))  # fmt: skip
+    assert positive["policy_loss"].item() == pytest.approx(-1.2)  # gain capped at 1 + eps
+    assert positive["clipfrac"].item() == 1.0
+    _, negative = call_ppo_loss(**loss_args(new_logprob=up, old_logprob=torch.zeros(1), advantages=-torch.ones(1),
+                                       new_value=torch.zeros(1), old_value=torch.zeros(1), returns=torch.zeros(1),
+                                       entropy=torch.zeros(1), mask=torch.ones(1)))  # fmt: skip
+    assert negative["policy_loss"].item() == pytest.approx(1.5)  # pessimistic: unclipped loss kept
+
+
+def test_ppo_loss_ignores_masked_entries():
+    valid = call_ppo_loss(**loss_args(new_logprob=torch.zeros(1), old_logprob=torch.zeros(1), advantages=torch.tensor([1.0]),
+                                 new_value=torch.tensor([1.0]), old_value=torch.tensor([0.5]), returns=torch.zeros(1),
+                                 entropy=torch.tensor([0.5]), mask=torch.ones(1), clip_vloss=True,
+                                 norm_adv=True))[0]  # fmt: skip
+    garbage = call_ppo_loss(**loss_args(new_logprob=torch.tensor([0.0, 3.0]), old_logprob=torch.tensor([0.0, -3.0]),
+                                   advantages=torch.tensor([1.0, 100.0]), new_value=torch.tensor([1.0, 50.0]),
+                                   old_value=torch.tensor([0.5, -50.0]), returns=torch.tensor([0.0, 9.0]),
+                                   entropy=torch.tensor([0.5, 7.0]), mask=torch.tensor([1.0, 0.0]), clip_vloss=True,
+                                   norm_adv=True))[0]  # fmt: skip
+    assert garbage.item() == pytest.approx(valid.item())
+
+
+def test_clipped_value_loss_is_pessimistic():
+    _, stats = call_ppo_loss(**loss_args(new_value=torch.tensor([1.0, 2.0]), old_value=torch.tensor([0.0, 2.0]),
+                                    clip_vloss=True))  # fmt: skip
+    # entry 1: unclipped (1-0)^2 = 1, clipped (0.2-0)^2 = 0.04 -> max 1; entry 2: 4 -> 0.5 * mean(1, 4)
+    assert stats["value_loss"].item() == pytest.approx(1.25)
+    _, stats = call_ppo_loss(**loss_args(new_value=torch.tensor([1.0, 2.0]), old_value=torch.tensor([3.0, 2.0]),
+                                    returns=torch.tensor([3.0, 2.0]), clip_vloss=True))  # fmt: skip
+    # entry 1: unclipped (1-3)^2 = 4, clipped (2.8-3)^2 = 0.04 -> 4; entry 2: 0 -> 0.5 * mean(4, 0) = 1
+    assert stats["value_loss"].item() == pytest.approx(1.0)
+
+
+SCRIPT = "ppo_atari_envpool.py"
+
+
+def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
+    result = run_script(SCRIPT, *tiny_ppo_flags, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3",
+                        "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video",
+                        "--track")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert os.path.basename(run_dir).startswith("Breakout-v5__ppo_atari_envpool__1__")
+
+    scalars = read_scalars(run_dir)
+    assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
+    # 256 steps / 32 per iteration = 8 iterations, metrics on 2, 4, 6, 8
+    assert [step for step, _ in scalars["charts/SPS"]] == [32 * i for i in range(1, 9)]
+    assert [step for step, _ in scalars["metrics/feature_rank"]] == [64, 128, 192, 256]
+    for tag in PPO_TAGS - {"losses/explained_variance"}:
+        assert all(np.isfinite(value) for _, value in scalars[tag]), tag
+    assert all(0 < value <= 100 for _, value in scalars["metrics/ess_pct"])
+    assert all(1 <= value <= 24 for _, value in scalars["metrics/feature_rank"])  # at most the metrics batch
+    returns = [value for _, value in scalars["charts/episodic_return"]]
+    assert all(value >= 0 for value in returns) and len(returns) >= 2  # Breakout scores are never negative
+
+    args = json.load(open(os.path.join(run_dir, "args.json")))
+    assert args["batch_size"] == 32 and args["minibatch_size"] == 16 and args["num_iterations"] == 8
+
+    check_run_artifacts(
+        run_dir, "ppo_atari_envpool", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
+    )
+
+
+def test_seeded_runs_are_reproducible_and_separate_networks_log_critic_rank(tmp_path, tiny_ppo_flags):
+    logged = []
+    for name in ("a", "b"):
+        result = run_script(SCRIPT, *tiny_ppo_flags, "--separate-networks", "--seed", "3",
+                            "--runs-dir", str(tmp_path / name))  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        logged.append(read_scalars(only_run_dir(tmp_path / name)))
+    for tag in ("losses/value_loss", "losses/policy_loss", "losses/approx_kl", "metrics/grad_kurtosis"):
+        assert logged[0][tag] == logged[1][tag], tag
+    assert "metrics/feature_rank_critic" in logged[0]
+
+
+def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
+    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
+    interrupt_with_sigterm(SCRIPT, flags)
+    run_dir = only_run_dir(tmp_path)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    interrupted_at = checkpoint["iteration"]
+    assert 1 <= interrupted_at < 40 and checkpoint["global_step"] == 32 * interrupted_at
+
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    assert only_run_dir(tmp_path) == run_dir  # same run directory
+    final = torch.load(checkpoint_path, weights_only=True)
+    assert final["iteration"] == 40 and final["global_step"] == 1280
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 1280  # finished now
+    steps = [step for step, _ in read_scalars(run_dir)["charts/SPS"]]
+    assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
+
+
+BAD_FLAGS = [
+    (["--num-envs", "0"], "--num-envs must be > 0, got 0"),
+    (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 1024)"),
+    (["--num-minibatches", "2000"], "--num-minibatches 2000 does not divide the batch"),
+    (["--minibatch-size", "5000"], "--minibatch-size 5000 does not divide the batch"),
+    (["--minibatch-size", "100"], "--minibatch-size 100 does not divide the batch"),
+    (["--minibatch-size", "0"], "--minibatch-size must be > 0"),
+    (["--total-timesteps", "100"], "smaller than one batch"),
+    (["--env-id", "NoSuchGame-v5"], "not an EnvPool Atari task"),
+    (["--env-id", "Ant-v5"], "not an EnvPool Atari task"),
+    (["--env-id", "BigfishEasy-v0"], "not an EnvPool Atari task"),  # Procgen, with or without Qt
+    (["--learning-rate", "-0.1"], "--learning-rate must be > 0"),
+    (["--ent-coef", "-1"], "--ent-coef must be >= 0"),
+    (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
+    (["--max-episode-steps", "0"], "--max-episode-steps must be > 0"),
+    (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
+    (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
+]
+
+
+@pytest.mark.parametrize("flags, fragment", BAD_FLAGS)
+def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
+    line = usage_error(ppo_atari_envpool.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
+    assert fragment in line
+    assert not os.path.exists(tmp_path / "runs")  # nothing was created
+
+
+@pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--lr-scaling", "cubic"], ["--no-such-flag", "1"]])
+def test_flags_tyro_rejects_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags):
+    argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags]
+    assert flags[0] in tyro_error(ppo_atari_envpool.main, monkeypatch, capsys, argv)
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_resume_rejects_a_file_that_is_not_a_checkpoint(tmp_path, monkeypatch, capsys):
+    model_only = tmp_path / "model.pt"
+    torch.save({"weight": torch.zeros(2)}, model_only)
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    other_script = tmp_path / "pqn_checkpoint.pt"  # right keys, but another script's flags
+    torch.save({"args": {"q_lambda": 0.65}, "model": {}, "optimizer": {}, "iteration": 1, "rng": {}}, other_script)
+    cases = (
+        (model_only, "is not a checkpoint.pt"),
+        (tmp_path / "junk.pt", "not a readable checkpoint"),
+        (other_script, "is not a checkpoint.pt of ppo_atari_envpool.py"),
+    )
+    for path, fragment in cases:
+        assert fragment in usage_error(ppo_atari_envpool.main, monkeypatch, capsys, [SCRIPT, "--resume", str(path)])
+
+
+@pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--num-minibatches", "3"], ["--resume", "/nope.pt"]])
+def test_bad_flags_from_the_shell(tmp_path, flags):
+    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), *flags)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr, result.stderr
+    if flags[0] != "--num-envs":  # our own checks print one line; tyro prints its own panel
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+
+
+def test_minibatch_size_and_lr_scaling_derive_the_rest():
+    args = ppo_atari_envpool.validate_and_derive(
+        ppo_atari_envpool.Args(num_envs=32, num_steps=16, minibatch_size=64, lr_scaling="sqrt", runs_dir="/tmp")
+    )
+    assert args.batch_size == 512 and args.num_minibatches == 8 and args.minibatch_size == 64
+    assert args.scaled_learning_rate == pytest.approx(2.5e-4 * 2)  # k = 32 / 8 = 4
+    args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(num_envs=16, lr_scaling="linear", runs_dir="/tmp"))
+    assert args.minibatch_size == 2048 // 4 and args.scaled_learning_rate == pytest.approx(5e-4)
+    assert args.num_iterations == 10_000_000 // 2048
+    args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(num_envs=16, lr_scaling="inverse", runs_dir="/tmp"))
+    assert args.scaled_learning_rate == pytest.approx(1.25e-4)
