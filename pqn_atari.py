@@ -2,40 +2,34 @@
 
     python pqn_atari.py --env-id Breakout-v5 --num-envs 8 --num-steps 128
 
-PQN (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning"): a Q-network
-with LayerNorm after every hidden layer, trained on-policy from parallel rollouts with
-Q(lambda) targets, epsilon-greedy exploration, no replay buffer and no target network.
-The paper's Sec. 6.1 uses CleanRL's PQN; the defaults are its Table 1. As in
-`ppo_atari_envpool.py`:
-- EnvPool's reset step (the step after an episode ends returns the next episode's first
-  observation and ignores the action) is masked out of the targets, the loss and the
-  metrics; time-limit truncations bootstrap from max_a Q of the last observation.
-- plasticity / optimisation metrics from `metrics.py` under `metrics/` every
-  `--metrics-interval` iterations (plus `metrics/q_mean`);
-- `--minibatch-size` and `--lr-scaling` for the study's sweeps;
-- atomic checkpoints, SIGTERM/SIGINT checkpointing and `--resume`.
+PQN (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning"): a Q-network with LayerNorm
+after every hidden layer, trained on-policy from parallel rollouts with Q(lambda) targets, epsilon-greedy
+exploration, no replay buffer and no target network. The paper's Sec. 6.1 uses CleanRL's PQN; the
+defaults are its Table 1. As in `ppo_atari_envpool.py`: EnvPool's reset step is masked out of the
+targets, the loss and the metrics (time-limit truncations bootstrap from max_a Q of the last
+observation); the metrics of `metrics.py` (plus `metrics/q_mean`) every `--metrics-interval`
+iterations; `--minibatch-size` and `--lr-scaling` for the study's sweeps; checkpoints and `--resume`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import math
 import os
-import random
-import re
 import signal
 import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, fields
+from types import SimpleNamespace
 from typing import Literal
 
+import envpool
 import numpy as np
 import torch
 import tyro
 from torch import nn
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 import metrics
 
@@ -45,7 +39,7 @@ class Args:
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """name of this experiment (part of the run directory name)"""
     seed: int = 1
-    """seed of the experiment (torch, numpy, python and the environments)"""
+    """seed of the experiment (torch and the environments)"""
     torch_deterministic: bool = True
     """set `torch.backends.cudnn.deterministic`"""
     cuda: bool = True
@@ -57,7 +51,7 @@ class Args:
     wandb_entity: str | None = None
     """the Weights & Biases entity (team)"""
     capture_video: bool = False
-    """after training, record one evaluation episode of the final policy to runs/.../videos/"""
+    """after training, record one evaluation game of the final policy to runs/.../videos/"""
     runs_dir: str = "runs"
     """folder that holds the run directories"""
     save_model: bool = False
@@ -66,7 +60,6 @@ class Args:
     """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
     resume: str | None = None
     """path of a checkpoint.pt to continue from (its run's flags are used)"""
-
     # Environment
     env_id: str = "Breakout-v5"
     """EnvPool Atari task id"""
@@ -78,7 +71,6 @@ class Args:
     """N_envs: parallel environments"""
     num_steps: int = 128
     """N_RO: rollout length per environment and iteration"""
-
     # Optimisation
     learning_rate: float = 2.5e-4
     """Adam learning rate (before --lr-scaling)"""
@@ -102,15 +94,13 @@ class Args:
     """fix the minibatch size instead; the number of minibatches is derived (Beukman et al. 2026)"""
     max_grad_norm: float = 10.0
     """global gradient norm clipping"""
-
     # Exploration
     start_e: float = 1.0
     """epsilon of the epsilon-greedy policy at the start"""
     end_e: float = 0.01
-    """epsilon after the decay (kept to the end; also used for the --capture-video episode)"""
+    """epsilon after the decay (kept to the end; also used for the --capture-video game)"""
     exploration_fraction: float = 0.10
     """fraction of --total-timesteps over which epsilon decays linearly from --start-e to --end-e"""
-
     # Metrics
     metrics_interval: int = 10
     """compute the metrics/ tags every this many iterations and on the last (0: never)"""
@@ -122,106 +112,10 @@ class Args:
     """on metrics iterations save penultimate features and max_a Q to runs/.../embeddings.npz"""
     embeddings_per_iteration: int = 256
     """states saved per metrics iteration with --save-embeddings"""
-
     # Derived after validation (not flags)
     batch_size: tyro.conf.Suppress[int] = 0
     num_iterations: tyro.conf.Suppress[int] = 0
     scaled_learning_rate: tyro.conf.Suppress[float] = 0.0
-
-
-# Flags that describe how to run, not what to learn: on --resume these come from the
-# command line, every other flag from the checkpoint.
-RUNTIME_FLAGS = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video",
-                 "save_model", "checkpoint_interval", "resume")  # fmt: skip
-
-
-def fail(message: str) -> None:
-    """Report a usage error on one line and exit with status 2 (as argparse does)."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def parse_args() -> Args:
-    """tyro parses the flags; its boxed error panels are folded into one line."""
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured):
-            return tyro.cli(Args)
-    except SystemExit as exit_:
-        if exit_.code in (0, None):
-            sys.stderr.write(captured.getvalue())
-            raise
-        lines = [re.sub(r"[│╭╮╰╯─]|-{3,}", "", line).strip() for line in captured.getvalue().splitlines()]
-        # Panel layout: title, message lines, a rule, help hints. Keep the message lines.
-        body = [line for line in lines[1:] if line]
-        message = " ".join(
-            body[
-                : next(
-                    (i for i, line in enumerate(body) if line.startswith(("Argument helptext", "For full helptext"))),
-                    len(body),
-                )
-            ]
-        )
-        fail(f"{message or 'invalid command line'} (see --help)")
-
-
-def validate_and_derive(args: Args) -> Args:
-    """Check every flag before any environment exists; fill in the derived values."""
-    import envpool  # noqa: PLC0415 - imported here so --help stays fast
-
-    for name in ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches", "lr_reference_envs",
-                 "metrics_batch", "embeddings_per_iteration"):  # fmt: skip
-        if getattr(args, name) <= 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ("checkpoint_interval", "metrics_interval", "dormant_tau"):
-        if getattr(args, name) < 0:
-            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    for name in ("learning_rate", "adam_eps", "max_grad_norm"):
-        if not getattr(args, name) > 0:
-            fail(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
-    for name in ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction"):
-        if not 0 <= getattr(args, name) <= 1:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    if args.env_id not in envpool.list_all_envs() or type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
-        fail(f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)")
-
-    args.batch_size = args.num_envs * args.num_steps
-    if args.minibatch_size is not None:
-        if args.minibatch_size <= 0 or args.minibatch_size > args.batch_size:
-            fail(f"--minibatch-size must be in [1, batch_size={args.batch_size}], got {args.minibatch_size}")
-        if args.batch_size % args.minibatch_size:
-            fail(
-                f"--minibatch-size {args.minibatch_size} does not divide batch_size = num_envs * num_steps = {args.batch_size}"
-            )
-        args.num_minibatches = args.batch_size // args.minibatch_size
-    else:
-        if args.num_minibatches > args.batch_size or args.batch_size % args.num_minibatches:
-            fail(
-                f"--num-minibatches {args.num_minibatches} does not divide batch_size = num_envs * num_steps = {args.batch_size}"
-            )
-        args.minibatch_size = args.batch_size // args.num_minibatches
-    if args.total_timesteps < args.batch_size:
-        fail(
-            f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})"
-        )
-    args.num_iterations = args.total_timesteps // args.batch_size
-
-    k = args.num_envs / args.lr_reference_envs
-    lr_factor = {"none": 1.0, "sqrt": math.sqrt(k), "linear": k, "inverse": 1.0 / k}[args.lr_scaling]
-    args.scaled_learning_rate = args.learning_rate * lr_factor
-
-    try:
-        os.makedirs(args.runs_dir, exist_ok=True)
-    except OSError as error:
-        fail(f"--runs-dir {args.runs_dir!r} cannot be created: {error.strerror}")
-    if not os.access(args.runs_dir, os.W_OK):
-        fail(f"--runs-dir {args.runs_dir!r} is not writable")
-    return args
-
-
-# --------------------------------------------------------------------------------------
-# Network
-# --------------------------------------------------------------------------------------
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -231,35 +125,14 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 def nature_cnn_layernorm() -> nn.Sequential:
-    """Mnih et al. 2015 encoder with LayerNorm before every ReLU (Gallici et al. 2024).
-
-    Each LayerNorm normalises the whole output of its layer per sample (channels x height x
-    width for a convolution), as CleanRL's PQN does.
-    """
+    """Mnih et al. 2015 encoder with LayerNorm before every ReLU (Gallici et al. 2024). Each LayerNorm normalises
+    the whole output of its layer per sample (channels x height x width for a convolution), as CleanRL's PQN does."""
     return nn.Sequential(
-        layer_init(nn.Conv2d(4, 32, 8, stride=4)),
-        nn.LayerNorm([32, 20, 20]),
-        nn.ReLU(),
-        layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-        nn.LayerNorm([64, 9, 9]),
-        nn.ReLU(),
-        layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-        nn.LayerNorm([64, 7, 7]),
-        nn.ReLU(),
-        nn.Flatten(),
-        layer_init(nn.Linear(64 * 7 * 7, 512)),
-        nn.LayerNorm(512),
-        nn.ReLU(),
-    )
-
-
-def run_encoder(encoder: nn.Sequential, x: torch.Tensor, activations: list[torch.Tensor] | None = None) -> torch.Tensor:
-    """Apply the encoder; if a list is given, append every hidden post-ReLU output to it."""
-    for layer in encoder:
-        x = layer(x)
-        if activations is not None and isinstance(layer, nn.ReLU):
-            activations.append(x)
-    return x
+        layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.LayerNorm([32, 20, 20]), nn.ReLU(),
+        layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LayerNorm([64, 9, 9]), nn.ReLU(),
+        layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LayerNorm([64, 7, 7]), nn.ReLU(),
+        nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.LayerNorm(512), nn.ReLU(),
+    )  # fmt: skip
 
 
 class QNetwork(nn.Module):
@@ -268,55 +141,64 @@ class QNetwork(nn.Module):
         self.encoder = nature_cnn_layernorm()
         self.head = layer_init(nn.Linear(512, num_actions), std=1.0)
 
-    def features(self, obs: torch.Tensor, activations: list[torch.Tensor] | None = None) -> torch.Tensor:
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here."""
-        return run_encoder(self.encoder, obs.float() / 255.0, activations)
+        return self.encoder(obs.float() / 255.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(s, .) for every action: (B, num_actions)."""
         return self.head(self.features(obs))
 
 
-# --------------------------------------------------------------------------------------
-# The maths of one iteration (small functions a test can call on hand-made tensors)
-# --------------------------------------------------------------------------------------
+@torch.no_grad()
+def measure_q_network(q_network: QNetwork, obs: torch.Tensor, dormant_tau: float) -> dict[str, float]:
+    """The metrics/ tags that need a forward pass, after the update, on the metrics batch."""
+    activations: list[torch.Tensor] = []  # every hidden post-ReLU output, for the dormant neurons
+    relus = [module for module in q_network.modules() if isinstance(module, nn.ReLU)]
+    hooks = [relu.register_forward_hook(lambda _relu, _input, output: activations.append(output)) for relu in relus]
+    features = q_network.features(obs)
+    for hook in hooks:
+        hook.remove()
+    return {
+        "feature_rank": metrics.feature_rank(features),
+        "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
+        "weight_norm": metrics.weight_norm(q_network.parameters()),
+        "q_mean": q_network.head(features).max(dim=-1).values.mean().item(),
+    }
+
+
+@torch.no_grad()
+def embed(q_network: QNetwork, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
+    """Penultimate features and max_a Q of a few states, for the coverage plots (paper Fig. 2)."""
+    features = q_network.features(obs)
+    values = q_network.head(features).max(dim=-1).values
+    return {"features": features.cpu().numpy().astype(np.float16), "values": values.cpu().numpy(),
+            "iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}  # fmt: skip
+
+
+# ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
 
 
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
-    """1.0 for real transitions, 0.0 for EnvPool's reset steps.
-
-    After an episode ends (terminated or truncated), EnvPool's next step ignores the action
-    and returns the next episode's first observation with reward 0: the transition taken
-    from a final observation is not experience (cleanrl issue 475).
-    """
+    """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
+    ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
     return 1.0 - previous_done.float()
 
 
 def epsilon_schedule(step: int, start_e: float, end_e: float, exploration_steps: float) -> float:
     """Linear decay from start_e at step 0 to end_e at `exploration_steps`, then constant."""
-    if step >= exploration_steps:
-        return end_e
-    return start_e + (end_e - start_e) * step / exploration_steps
+    return end_e if step >= exploration_steps else start_e + (end_e - start_e) * step / exploration_steps
 
 
 def epsilon_greedy(q_values: torch.Tensor, epsilon: float) -> torch.Tensor:
     """One action per row of (B, A) Q-values: uniform with probability epsilon, else greedy."""
     batch, num_actions = q_values.shape
-    greedy = q_values.argmax(dim=-1)
     uniform = torch.randint(num_actions, (batch,), device=q_values.device)
     explore = torch.rand(batch, device=q_values.device) < epsilon
-    return torch.where(explore, uniform, greedy)
+    return torch.where(explore, uniform, q_values.argmax(dim=-1))
 
 
-def compute_q_lambda_targets(
-    rewards: torch.Tensor,
-    next_max_q: torch.Tensor,
-    terminations: torch.Tensor,
-    truncations: torch.Tensor,
-    valid: torch.Tensor,
-    gamma: float,
-    q_lambda: float,
-) -> torch.Tensor:
+def compute_q_lambda_targets(rewards, next_max_q, terminations, truncations, valid, gamma: float, q_lambda: float):
     """Q(lambda) targets over a (T, N) rollout with reset steps masked.
 
     Row t holds r_t, whether s_{t+1} ended the episode, and next_max_q[t] = max_a Q(s_{t+1}, a)
@@ -327,10 +209,9 @@ def compute_q_lambda_targets(
     returns it and resets one step later), without the lambda continuation; after the last
     row G_t = r_t + gamma * next_max_q[t]. Reset steps (valid = 0) get target 0.
     """
-    num_steps = rewards.shape[0]
     targets = torch.zeros_like(rewards)
     following_return = next_max_q[-1]  # G_T := max_a Q(s_T): the last row bootstraps fully
-    for t in reversed(range(num_steps)):
+    for t in reversed(range(rewards.shape[0])):
         episode_ends = torch.maximum(terminations[t], truncations[t])
         # (1 - lambda) * maxQ + lambda * G_{t+1}, or maxQ alone where the episode ended
         continuation = next_max_q[t] + q_lambda * (1.0 - episode_ends) * (following_return - next_max_q[t])
@@ -343,153 +224,147 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def td_loss(
-    q_taken: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def td_loss(q_taken: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """0.5 * mean (Q(s, a) - G)^2 over one minibatch; entries with mask 0 do not count."""
     loss = 0.5 * masked_mean((q_taken - targets).square(), mask)
-    with torch.no_grad():
-        stats = {"td_loss": loss.detach(), "q_values": masked_mean(q_taken, mask)}
-    return loss, stats
-
-
-@torch.no_grad()
-def measure_q_network(q_network: QNetwork, obs: torch.Tensor, dormant_tau: float) -> dict[str, float]:
-    """The metrics/ tags that need a forward pass, on the states of the metrics batch (after the update)."""
-    activations: list[torch.Tensor] = []
-    features = q_network.features(obs, activations)
-    q_values = q_network.head(features)
-    return {
-        "feature_rank": metrics.feature_rank(features),
-        "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
-        "weight_norm": metrics.weight_norm(q_network.parameters()),
-        "q_mean": q_values.max(dim=-1).values.mean().item(),
-    }
-
-
-# --------------------------------------------------------------------------------------
-# Run directory, checkpoints, video
-# --------------------------------------------------------------------------------------
-
-
-def save_checkpoint(
-    path: str, q_network: QNetwork, optimizer: torch.optim.Optimizer, args: Args, iteration: int, global_step: int
-):
-    """Write atomically: a crash while saving leaves the previous checkpoint intact."""
-    state = {
-        "model": q_network.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "args": asdict(args),
-        "iteration": iteration,
-        "global_step": global_step,
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "numpy": [np.random.get_state()[1].tolist(), *np.random.get_state()[2:]],  # plain data for weights_only
-            "python": random.getstate(),
-        },
-    }
-    temporary = f"{path}.tmp"
-    torch.save(state, temporary)
-    os.replace(temporary, path)
-
-
-def restore_rng(rng: dict) -> None:
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    key, position, has_gauss, cached_gaussian = rng["numpy"]
-    np.random.set_state(("MT19937", np.array(key, dtype=np.uint32), position, has_gauss, cached_gaussian))
-    random.setstate(tuple(x if not isinstance(x, list) else tuple(x) for x in rng["python"]))
-
-
-def save_embeddings(path: str, embeddings: dict[str, list[np.ndarray]]) -> None:
-    if not embeddings["features"]:
-        return
-    temporary = f"{path}.tmp.npz"
-    np.savez_compressed(temporary, **{key: np.concatenate(chunks) for key, chunks in embeddings.items()})
-    os.replace(temporary, path)
-
-
-def record_video(q_network: QNetwork, args: Args, run_dir: str, device: torch.device) -> str | None:
-    """Play one episode of the final epsilon-greedy policy (epsilon = --end-e) and write an MP4.
-
-    The preprocessing matches EnvPool's Atari defaults: 4-frame skip with max-pooling,
-    up to 30 no-ops, 84x84 grayscale, 4 stacked frames, and FIRE after every reset or lost
-    life (EnvPool's use_fire_reset) so the agent is never stuck on an unlaunched ball.
-    """
-    import ale_py  # noqa: PLC0415 - only needed for the video
-    import gymnasium as gym  # noqa: PLC0415
-
-    gym.register_envs(ale_py)
-    game = args.env_id.split("-")[0]
-    env = gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=0.0, full_action_space=False,
-                   max_num_frames_per_episode=4 * args.max_episode_steps, render_mode="rgb_array")  # fmt: skip
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
-    env = gym.wrappers.FrameStackObservation(env, 4)
-    video_dir = os.path.join(run_dir, "videos")
-    env = gym.wrappers.RecordVideo(
-        env, video_dir, episode_trigger=lambda _: True, name_prefix="eval", disable_logger=True
-    )
-    action_meanings = env.unwrapped.get_action_meanings()
-    fire = action_meanings.index("FIRE") if "FIRE" in action_meanings else None
-    obs, info = env.reset(seed=args.seed)
-    lives, pending_fire = info.get("lives", 0), fire is not None
-    total_return, done = 0.0, False
-    while not done:
-        if pending_fire:
-            action = fire
-        else:
-            with torch.inference_mode():
-                q_values = q_network(torch.as_tensor(np.asarray(obs), device=device)[None])
-                action = epsilon_greedy(q_values, args.end_e)[0].item()
-        obs, reward, terminated, truncated, info = env.step(action)
-        total_return += float(reward)
-        pending_fire = fire is not None and info.get("lives", 0) < lives
-        lives = info.get("lives", 0)
-        done = terminated or truncated
-    env.close()
-    videos = sorted(f for f in os.listdir(video_dir) if f.endswith(".mp4"))
-    if not videos:
-        print("warning: the evaluation episode produced no video file")
-        return None
-    print(f"video of one evaluation episode (return {total_return:g}): {os.path.join(video_dir, videos[-1])}")
-    return os.path.join(video_dir, videos[-1])
-
-
-class Progress:
-    """One live line on a terminal; a plain line every `every` seconds otherwise (logs, Slurm)."""
-
-    def __init__(self, total: int, start_step: int, every: float = 30.0):
-        self.total, self.start_step, self.every = total, start_step, every
-        self.interactive = sys.stdout.isatty()
-        self.start_time = time.time()
-        self.last_print, self.last_step = 0.0, -1
-
-    def update(self, global_step: int, recent_return: float, final: bool = False) -> None:
-        now = time.time()
-        due = self.interactive or final or now - self.last_print >= self.every
-        if not due or (global_step == self.last_step and not self.interactive):
-            return
-        self.last_print, self.last_step = now, global_step
-        sps = (global_step - self.start_step) / max(now - self.start_time, 1e-9)
-        eta = (self.total - global_step) / max(sps, 1e-9)
-        line = (f"step {global_step:,}/{self.total:,} | {sps:,.0f} SPS | return {recent_return:.1f}"
-                f" | ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}")  # fmt: skip
-        if self.interactive:
-            print(f"\r{line}\033[K", end="\n" if final else "", flush=True)
-        else:
-            print(line, flush=True)
-
-
-# --------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------
+    return loss, {"td_loss": loss.detach(), "q_values": masked_mean(q_taken.detach(), mask)}
 
 
 def main() -> None:
-    args = parse_args()
-    checkpoint = None
+    args, checkpoint = parse_args()
+    run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+
+    # A resumed run starts new games from another env seed: EnvPool's emulator state cannot be saved.
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
+    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1,
+                        max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
+    q_network = QNetwork(envs.action_space.n).to(device)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps)
+    global_step = restore_checkpoint(checkpoint, model=q_network, optimizer=optimizer) if checkpoint else 0
+
+    # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
+    size = (args.num_steps, args.num_envs)
+    rollout = {
+        "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+        "actions": torch.zeros(size, dtype=torch.long, device=device),
+    }
+    for name in ("max_q", "rewards", "terminations", "truncations", "valid"):  # max_q: max_a Q(s_t, a) when acting
+        rollout[name] = torch.zeros(size, device=device)
+
+    next_obs = torch.as_tensor(envs.reset()[0], device=device)
+    next_done = torch.zeros(args.num_envs, device=device)
+    # Full-game statistics: EnvPool's episodic_life ends an "episode" per life, but the score
+    # that matters is the whole game (info["terminated"] marks the real game over).
+    game_return = np.zeros(args.num_envs)
+    recent_returns: deque[float] = deque(maxlen=20)
+    embeddings: list[dict[str, np.ndarray]] = []
+    start_time, start_step = time.time(), global_step
+    exploration_steps = args.exploration_fraction * args.total_timesteps
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = args.scaled_learning_rate * (1 - (iteration - 1) / args.num_iterations)
+
+        rollout_start_step = global_step
+        for step in range(args.num_steps):
+            if stop_signal:
+                break
+            epsilon = epsilon_schedule(global_step, args.start_e, args.end_e, exploration_steps)
+            global_step += args.num_envs
+            rollout["obs"][step] = next_obs
+            rollout["valid"][step] = reset_step_mask(next_done)
+            with torch.inference_mode():
+                q_values = q_network(next_obs)
+                action = epsilon_greedy(q_values, epsilon)
+            rollout["actions"][step], rollout["max_q"][step] = action, q_values.max(dim=-1).values
+
+            next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
+            next_obs = torch.as_tensor(next_obs_np, device=device)
+            rollout["rewards"][step] = torch.as_tensor(reward, device=device)
+            rollout["terminations"][step] = torch.as_tensor(terminations, device=device)
+            rollout["truncations"][step] = torch.as_tensor(truncations, device=device)
+            next_done = torch.maximum(rollout["terminations"][step], rollout["truncations"][step])
+
+            game_return += info["reward"]  # unclipped reward; 0 on reset steps
+            game_over = info["terminated"].astype(bool) | truncations
+            for finished_return, finished_length in zip(game_return[game_over], info["elapsed_step"][game_over], strict=True):
+                writer.add_scalar("charts/episodic_return", finished_return, global_step)
+                writer.add_scalar("charts/episodic_length", finished_length, global_step)
+                recent_returns.append(float(finished_return))
+            game_return[game_over] = 0.0
+        if stop_signal:
+            global_step = rollout_start_step  # the interrupted rollout is discarded
+            break
+
+        # Targets once per iteration, from the network that collected the rollout.
+        with torch.no_grad():
+            next_max_q = torch.cat([rollout["max_q"][1:], q_network(next_obs).max(dim=-1).values[None]])
+        rollout["targets"] = compute_q_lambda_targets(
+            rollout["rewards"], next_max_q, rollout["terminations"], rollout["truncations"], rollout["valid"],
+            args.gamma, args.q_lambda)  # fmt: skip
+        batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
+
+        measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
+        grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
+        for _epoch in range(args.update_epochs):
+            permutation = torch.randperm(args.batch_size, device=device)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                minibatch = {name: values[permutation[start : start + args.minibatch_size]] for name, values in batch.items()}
+                q_taken = q_network(minibatch["obs"]).gather(1, minibatch["actions"][:, None]).squeeze(1)
+                loss, stats = td_loss(q_taken, minibatch["targets"], minibatch["valid"])
+                optimizer.zero_grad()
+                loss.backward()
+                if measure and gradient_kurtosis is None:
+                    gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in q_network.parameters() if p.grad is not None)
+                grad_norms.append(nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm))
+                optimizer.step()
+                minibatch_stats.append(stats)
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/epsilon", epsilon, global_step)  # of the rollout's last step
+        for name in minibatch_stats[0]:  # means over the update's minibatches
+            writer.add_scalar(f"losses/{name}", torch.stack([s[name] for s in minibatch_stats]).mean().item(), global_step)
+        if measure:
+            valid_index = torch.nonzero(batch["valid"].bool()).squeeze(1)
+            sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
+            measured = measure_q_network(q_network, batch["obs"][sample], args.dormant_tau)
+            measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
+            for name, value in measured.items():
+                writer.add_scalar(f"metrics/{name}", value, global_step)
+            if args.save_embeddings:
+                embeddings.append(
+                    embed(q_network, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step)
+                )
+
+        # After the metrics, so that SPS counts everything an iteration costs.
+        writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
+        progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
+        progress.update(global_step - progress.n)
+        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
+            save_checkpoint(run_dir, args, iteration, global_step, embeddings, model=q_network, optimizer=optimizer)
+
+    envs.close()
+    finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, model=q_network, optimizer=optimizer)
+
+
+# --------------------------------------------------------------------------------------
+# Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video.
+# Every script of the project has its own copy of this part.
+# --------------------------------------------------------------------------------------
+
+
+def fail(message: str) -> None:
+    """A usage error: one line and exit status 2, as argparse and tyro do."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_args() -> tuple[Args, dict | None]:
+    """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
+    args, checkpoint = tyro.cli(Args), None
+    # Flags that say how to run, not what to learn: on --resume only these come from the command line.
+    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval")
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             fail(f"--resume {args.resume!r}: no such checkpoint file")
@@ -497,232 +372,162 @@ def main() -> None:
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        if (
-            not isinstance(checkpoint, dict)
-            or not {"args", "model", "optimizer", "iteration", "rng"} <= checkpoint.keys()
-            or not isinstance(checkpoint["args"], dict)
-            or not checkpoint["args"].keys() <= {field.name for field in fields(Args)}  # another script's run
-        ):
-            fail(f"--resume {args.resume!r} is not a checkpoint.pt of pqn_atari.py")
-        args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in RUNTIME_FLAGS}})
-    args = validate_and_derive(args)
+        if not isinstance(checkpoint, dict) or set(checkpoint.get("args", ())) != {field.name for field in fields(Args)}:
+            fail(f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
+        args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
+    return validate_and_derive(args), checkpoint
 
-    if checkpoint is not None:
+
+def validate_and_derive(args: Args) -> Args:
+    """Check every flag before anything is created (one line, exit 2); fill in the derived values."""
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    positive = ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches",
+                "lr_reference_envs", "metrics_batch", "embeddings_per_iteration", "learning_rate", "adam_eps",
+                "max_grad_norm")  # fmt: skip
+    non_negative = ("checkpoint_interval", "metrics_interval", "dormant_tau")
+    unit_interval = ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction")
+    args.batch_size = args.num_envs * args.num_steps
+    minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
+    split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
+    ranges = (
+        (positive, lambda v: v > 0, "> 0"),
+        (non_negative, lambda v: v >= 0, ">= 0"),
+        (unit_interval, lambda v: 0 <= v <= 1, "in [0, 1]"),
+    )
+    checks = [
+        (ok(getattr(args, name)), f"{flag(name)} must be {bound}, got {getattr(args, name)}")
+        for names, ok, bound in ranges
+        for name in names
+    ]
+    checks += [
+        (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
+         f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
+        (args.minibatch_size is None or args.minibatch_size > 0, f"--minibatch-size must be > 0, got {args.minibatch_size}"),
+        (minibatch_size > 0 and args.batch_size % minibatch_size == 0,
+         f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches"),
+        (args.total_timesteps >= args.batch_size,
+         f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})"),
+    ]  # fmt: skip
+    for ok, message in checks:
+        if not ok:
+            fail(message)
+    args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
+    args.num_iterations = args.total_timesteps // args.batch_size
+    k = args.num_envs / args.lr_reference_envs  # paper Fig. 11
+    lr_factor = {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
+    args.scaled_learning_rate = args.learning_rate * lr_factor
+    return args
+
+
+def start_run(args: Args, checkpoint: dict | None):
+    """Seed torch; the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B;
+    SIGTERM (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves."""
+    if checkpoint:
         run_dir = os.path.dirname(os.path.abspath(args.resume))
     else:
         run_dir = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        os.makedirs(run_dir, exist_ok=True)
+        try:
+            os.makedirs(run_dir, exist_ok=True)
+        except OSError as error:
+            fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         with open(os.path.join(run_dir, "args.json"), "w") as f:
             json.dump(asdict(args), f, indent=2)
-    run_name = os.path.basename(run_dir)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-
-    if args.track:
-        import wandb  # noqa: PLC0415 - optional dependency at run time
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
-                   name=run_name, id=run_name.replace("/", "_"), resume="allow", dir=run_dir, save_code=True)  # fmt: skip
-    from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 - slow import, after validation
-
-    writer = SummaryWriter(run_dir)
-    if checkpoint is None:
-        table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
-        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
-
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.seed)  # torch draws every random number of training: exploration, minibatches, samples
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    if args.track:
+        import wandb  # noqa: PLC0415 - optional at run time
 
-    import envpool  # noqa: PLC0415
-
-    start_iteration, global_step = 1, 0
-    if checkpoint is not None:
-        start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
-    # A resumed run starts fresh episodes from a different env seed (EnvPool state is not saved).
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1,
-                        max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
-    num_actions = envs.action_space.n
-
-    q_network = QNetwork(num_actions).to(device)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps)
-    if checkpoint is not None:
-        q_network.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        restore_rng(checkpoint["rng"])
-        print(f"resumed {run_dir} at iteration {start_iteration} (global step {global_step:,})")
-
-    embeddings_path = os.path.join(run_dir, "embeddings.npz")
-    embeddings: dict[str, list[np.ndarray]] = {"features": [], "values": [], "iteration": [], "global_step": []}
-    if args.save_embeddings and os.path.exists(embeddings_path):
-        with np.load(embeddings_path) as saved_embeddings:
-            for key, chunks in embeddings.items():
-                chunks.append(saved_embeddings[key])
-
-    # Rollout storage on the training device; pixels stay uint8 until the network.
-    rollout_shape = (args.num_steps, args.num_envs)
-    rollout_obs = torch.zeros(rollout_shape + envs.observation_space.shape, dtype=torch.uint8, device=device)
-    rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
-    rollout_rewards = torch.zeros(rollout_shape, device=device)
-    rollout_terminations = torch.zeros(rollout_shape, device=device)
-    rollout_truncations = torch.zeros(rollout_shape, device=device)
-    rollout_valid = torch.zeros(rollout_shape, device=device)
-    rollout_max_q = torch.zeros(rollout_shape, device=device)  # max_a Q(s_t, a) of the network that acted
-
-    # SIGTERM (Slurm pre-emption, kill) and SIGINT (Ctrl-C) ask for a checkpoint and a clean exit.
+        name = os.path.basename(run_dir)
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
+                   name=name, id=name, resume="allow", dir=run_dir, save_code=True)  # fmt: skip
+    writer = SummaryWriter(run_dir)
+    if not checkpoint:
+        table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     stop_signal: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
+    # Steps, SPS, ETA, recent return: live on a terminal, a plain line every 30 s in a log file.
+    live = sys.stdout.isatty()
+    log_lines = SimpleNamespace(write=lambda text: text.strip() and print(text.strip(), flush=True), flush=lambda: None)
+    progress = tqdm(total=args.total_timesteps, initial=checkpoint["global_step"] if checkpoint else 0, unit="step",
+                    unit_scale=True, file=sys.stdout if live else log_lines, mininterval=0.5 if live else 30)  # fmt: skip
+    return run_dir, writer, progress, stop_signal
 
-    next_obs_np, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs_np, device=device)
-    next_done = torch.zeros(args.num_envs, device=device)
-    # Full-game statistics: EnvPool's episodic_life ends an "episode" per life, but the
-    # score that matters is the whole game (info["terminated"] marks the real game over).
-    game_return = np.zeros(args.num_envs)
-    recent_returns: deque[float] = deque(maxlen=20)
-    progress = Progress(args.total_timesteps, global_step)
-    completed_iteration = start_iteration - 1
-    start_time, start_step = time.time(), global_step
-    exploration_steps = args.exploration_fraction * args.total_timesteps
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = (
-                1.0 - (iteration - 1.0) / args.num_iterations
-            ) * args.scaled_learning_rate
+def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, embeddings: list, **modules) -> None:
+    """checkpoint.pt (state dicts, counters, RNG states: tensors and plain data for weights_only) and the
+    new embeddings, each written to a temporary file and renamed: a crash never leaves half a file."""
+    if modules:
+        rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+        state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
+        path = os.path.join(run_dir, "checkpoint.pt")
+        torch.save(state | {"iteration": iteration, "global_step": global_step}, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+    if embeddings:  # appended to what the run saved before
+        path = os.path.join(run_dir, "embeddings.npz")
+        chunks = ([dict(np.load(path))] if os.path.exists(path) else []) + embeddings
+        np.savez_compressed(f"{path}.tmp.npz", **{key: np.concatenate([chunk[key] for chunk in chunks]) for key in chunks[0]})
+        os.replace(f"{path}.tmp.npz", path)
+        embeddings.clear()
 
-        for step in range(args.num_steps):
-            if stop_signal:
-                break
-            epsilon = epsilon_schedule(global_step, args.start_e, args.end_e, exploration_steps)
-            global_step += args.num_envs
-            rollout_obs[step] = next_obs
-            rollout_valid[step] = reset_step_mask(next_done)
-            with torch.inference_mode():
-                q_values = q_network(next_obs)
-                action = epsilon_greedy(q_values, epsilon)
-            rollout_max_q[step] = q_values.max(dim=-1).values
-            rollout_actions[step] = action
 
-            next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
-            next_obs = torch.as_tensor(next_obs_np, device=device)
-            rollout_rewards[step] = torch.as_tensor(reward, device=device)
-            rollout_terminations[step] = torch.as_tensor(terminations, device=device)
-            rollout_truncations[step] = torch.as_tensor(truncations, device=device)
-            next_done = torch.maximum(rollout_terminations[step], rollout_truncations[step])
+def restore_checkpoint(checkpoint: dict, **modules) -> int:
+    """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
+    for name, module in modules.items():
+        module.load_state_dict(checkpoint[name])
+    rng = checkpoint["rng"]
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
+    return checkpoint["global_step"]
 
-            game_return += info["reward"]  # unclipped reward; 0 on reset steps
-            game_over = info["terminated"].astype(bool) | truncations
-            if game_over.any():
-                for finished_return, finished_length in zip(
-                    game_return[game_over], info["elapsed_step"][game_over], strict=True
-                ):
-                    writer.add_scalar("charts/episodic_return", finished_return, global_step)
-                    writer.add_scalar("charts/episodic_length", finished_length, global_step)
-                    recent_returns.append(float(finished_return))
-                game_return[game_over] = 0.0
-        if stop_signal:
-            global_step -= step * args.num_envs  # the interrupted rollout is discarded
-            break
 
-        # Targets once per iteration, from the network that collected the rollout.
-        with torch.no_grad():
-            last_max_q = q_network(next_obs).max(dim=-1).values
-            next_max_q = torch.cat([rollout_max_q[1:], last_max_q[None]])
-            targets = compute_q_lambda_targets(rollout_rewards, next_max_q, rollout_terminations, rollout_truncations,
-                                               rollout_valid, args.gamma, args.q_lambda)  # fmt: skip
-
-        batch_obs = rollout_obs.reshape((-1,) + envs.observation_space.shape)
-        batch_actions = rollout_actions.reshape(-1)
-        batch_targets = targets.reshape(-1)
-        batch_valid = rollout_valid.reshape(-1)
-
-        measure = args.metrics_interval > 0 and (
-            iteration % args.metrics_interval == 0 or iteration == args.num_iterations
-        )
-        grad_norms, minibatch_stats = [], []
-        gradient_kurtosis = None
-        for _epoch in range(args.update_epochs):
-            permutation = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb = permutation[start : start + args.minibatch_size]
-                q_taken = q_network(batch_obs[mb]).gather(1, batch_actions[mb, None]).squeeze(1)
-                loss, stats = td_loss(q_taken, batch_targets[mb], batch_valid[mb])
-                optimizer.zero_grad()
-                loss.backward()
-                if measure and gradient_kurtosis is None:
-                    gradient_kurtosis = metrics.gradient_kurtosis(
-                        p.grad for p in q_network.parameters() if p.grad is not None
-                    )
-                grad_norms.append(nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm))
-                optimizer.step()
-                minibatch_stats.append(stats)
-
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/epsilon", epsilon, global_step)
-        for name in minibatch_stats[0]:  # means over the update's minibatches
-            writer.add_scalar(
-                f"losses/{name}", torch.stack([s[name] for s in minibatch_stats]).mean().item(), global_step
-            )
-
-        if measure:
-            valid_index = torch.nonzero(batch_valid.bool()).squeeze(1)
-            sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
-            measured = measure_q_network(q_network, batch_obs[sample], args.dormant_tau)
-            measured["grad_kurtosis"] = gradient_kurtosis
-            measured["grad_norm"] = torch.stack(grad_norms).mean().item()
-            for name, value in measured.items():
-                writer.add_scalar(f"metrics/{name}", value, global_step)
-            if args.save_embeddings:
-                keep = sample[: args.embeddings_per_iteration]
-                with torch.no_grad():
-                    features = q_network.features(batch_obs[keep])
-                    values = q_network.head(features).max(dim=-1).values
-                embeddings["features"].append(features.cpu().numpy().astype(np.float16))
-                embeddings["values"].append(values.cpu().numpy())
-                embeddings["iteration"].append(np.full(keep.numel(), iteration))
-                embeddings["global_step"].append(np.full(keep.numel(), global_step))
-
-        # After the metrics, so that SPS counts everything an iteration costs.
-        writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
-        completed_iteration = iteration
-        progress.update(global_step, np.mean(recent_returns) if recent_returns else float("nan"))
-        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
-            save_checkpoint(checkpoint_path, q_network, optimizer, args, iteration, global_step)
-            if args.save_embeddings:
-                save_embeddings(embeddings_path, embeddings)
-
-    envs.close()
-    if args.save_embeddings:
-        save_embeddings(embeddings_path, embeddings)
-    if stop_signal:
-        save_checkpoint(checkpoint_path, q_network, optimizer, args, completed_iteration, global_step)
-        writer.close()
-        print(
-            f"\nstopped by signal {stop_signal[0]}: checkpoint at {checkpoint_path}; continue with --resume {checkpoint_path}"
-        )
-        sys.exit(128 + stop_signal[0])
-
-    progress.update(global_step, np.mean(recent_returns) if recent_returns else float("nan"), final=True)
-    if args.checkpoint_interval:
-        save_checkpoint(checkpoint_path, q_network, optimizer, args, completed_iteration, global_step)
-    if args.save_model:
-        model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
-        torch.save(q_network.state_dict(), f"{model_path}.tmp")
-        os.replace(f"{model_path}.tmp", model_path)
-        print(f"model saved to {model_path}")
-    if args.capture_video:
-        record_video(q_network, args, run_dir, device)
+def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **modules) -> None:
+    """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
+    embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
+    progress.close()
+    iteration = global_step // args.batch_size  # iterations completed: an interrupted rollout is not counted
+    interrupted = bool(stop_signal) and iteration < args.num_iterations
+    checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
+    save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
     writer.close()
-    # Completion marker: sweeps/launch.sh skips run directories that have one.
+    if interrupted:
+        path = os.path.join(run_dir, "checkpoint.pt")
+        print(f"stopped by signal {stop_signal[0]} at iteration {iteration}; continue with --resume {path}")
+        sys.exit(128 + stop_signal[0])
+    if args.save_model:
+        path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
+        torch.save(modules["model"].state_dict(), f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+    if args.capture_video:
+        record_video(modules["model"], args, run_dir)
     with open(os.path.join(run_dir, "done.json"), "w") as f:
-        json.dump({"global_step": global_step, "iterations": completed_iteration}, f)
-    if args.track:
-        wandb.finish()
+        json.dump({"global_step": global_step, "iterations": iteration}, f)
+
+
+@torch.no_grad()
+def record_video(q_network: QNetwork, args: Args, run_dir: str) -> None:
+    """One game of the final epsilon-greedy policy (epsilon = --end-e) in EnvPool's Atari (the training
+    preprocessing), rendered to MP4."""
+    from moviepy import ImageSequenceClip  # noqa: PLC0415 - only needed here
+
+    env = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, seed=args.seed, max_episode_steps=args.max_episode_steps,
+                       episodic_life=True, reward_clip=True, render_mode="rgb_array")  # fmt: skip
+    obs, frames, game_return, game_over = env.reset()[0], [], 0.0, False
+    q_network.cpu()  # training is over
+    while not game_over:
+        frames.append(env.render()[0])
+        obs, _, _, truncated, info = env.step(epsilon_greedy(q_network(torch.as_tensor(obs)), args.end_e).numpy())
+        game_return += info["reward"][0]
+        game_over = info["terminated"][0] or truncated[0]
+    path = os.path.join(run_dir, "videos", "eval.mp4")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    ImageSequenceClip(frames, fps=15).write_videofile(path, logger=None)  # 15 agent steps = 60 frames = 1 s
+    print(f"video of one evaluation game (return {game_return:g}): {path}")
 
 
 if __name__ == "__main__":

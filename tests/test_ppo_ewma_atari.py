@@ -1,35 +1,42 @@
 """ppo_ewma_atari.py: the decoupled loss, the EWMA proximal weights, and end to end."""
 
 import os
+from dataclasses import asdict
 
 import pytest
 import torch
-from conftest import PPO_TAGS, interrupt_with_sigterm, only_run_dir, read_scalars, run_script, usage_error
+from conftest import (
+    PPO_TAGS,
+    check_run_artifacts,
+    interrupt_with_sigterm,
+    only_run_dir,
+    read_scalars,
+    run_script,
+    tyro_error,
+    usage_error,
+)
 from torch import nn
 
 import ppo_ewma_atari
+from ppo_atari_envpool import Args as PPOArgs
 from ppo_atari_envpool import ppo_loss
 from ppo_ewma_atari import ewma_update, ppo_ewma_loss
 
 SCRIPT = "ppo_ewma_atari.py"
 
 
-def random_minibatch(seed, size=64):
-    generator = torch.Generator().manual_seed(seed)
-    draw = lambda: torch.randn(size, generator=generator)  # noqa: E731
-    mask = (torch.rand(size, generator=generator) > 0.1).float()
-    return dict(new_logprob=draw() * 0.3 - 1, old_logprob=draw() * 0.3 - 1, advantages=draw(), new_value=draw(),
-                old_value=draw(), returns=draw(), entropy=draw().abs(), mask=mask)  # fmt: skip
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("norm_adv", [True, False])
 def test_loss_with_proximal_equal_to_behaviour_is_ppo_loss(seed, norm_adv):
-    batch = random_minibatch(seed)
+    generator = torch.Generator().manual_seed(seed)
+    draw = lambda: torch.randn(64, generator=generator)  # noqa: E731
+    new_logprob, new_value, entropy = draw() * 0.3 - 1, draw(), draw().abs()
+    minibatch = {"logprobs": draw() * 0.3 - 1, "advantages": draw(), "values": draw(), "returns": draw(),
+                 "valid": (torch.rand(64, generator=generator) > 0.1).float()}  # fmt: skip
     coefficients = dict(clip_coef=0.1, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=norm_adv)
-    ppo, ppo_stats = ppo_loss(**batch, **coefficients)
-    old = batch.pop("old_logprob")
-    ewma, ewma_stats = ppo_ewma_loss(**batch, proximal_logprob=old, behavior_logprob=old, **coefficients)
+    ppo, ppo_stats = ppo_loss(new_logprob, new_value, entropy, minibatch, **coefficients)
+    ewma, ewma_stats = ppo_ewma_loss(new_logprob, minibatch["logprobs"], new_value, entropy, minibatch,
+                                     importance_weight_cap=100.0, **coefficients)  # fmt: skip
     assert ewma.item() == ppo.item()  # exactly, not approximately
     for name in ppo_stats:
         assert ewma_stats[name].item() == pytest.approx(ppo_stats[name].item(), abs=1e-7), name
@@ -37,11 +44,10 @@ def test_loss_with_proximal_equal_to_behaviour_is_ppo_loss(seed, norm_adv):
 
 def test_importance_weight_is_capped_and_carries_no_gradient():
     new = torch.zeros(1, requires_grad=True)
-    loss, _ = ppo_ewma_loss(new, proximal_logprob=torch.zeros(1), behavior_logprob=torch.full((1,), -10.0),
-                            advantages=torch.ones(1), new_value=torch.zeros(1), old_value=torch.zeros(1),
-                            returns=torch.zeros(1), entropy=torch.zeros(1), mask=torch.ones(1), clip_coef=0.2,
-                            clip_vloss=False, ent_coef=0.0, vf_coef=0.0, importance_weight_cap=100.0,
-                            norm_adv=False)  # fmt: skip
+    minibatch = {"logprobs": torch.full((1,), -10.0), "advantages": torch.ones(1), "values": torch.zeros(1),
+                 "returns": torch.zeros(1), "valid": torch.ones(1)}  # fmt: skip
+    loss, _ = ppo_ewma_loss(new, torch.zeros(1), torch.zeros(1), torch.zeros(1), minibatch, clip_coef=0.2, clip_vloss=False,
+                            ent_coef=0.0, vf_coef=0.0, norm_adv=False, importance_weight_cap=100.0)  # fmt: skip
     # pi_prox / pi_behavior = e^10 ~ 22026 is capped at 100; r_prox = 1 -> loss = -100 * A
     assert loss.item() == pytest.approx(-100.0)
     loss.backward()
@@ -87,18 +93,20 @@ def test_ewma_is_the_bias_corrected_weighted_average():
     assert run_ewma(beta, [1.0])[0] == pytest.approx(2 / 3)
 
 
-def test_tiny_run_writes_every_tag(tmp_path, tiny_ppo_flags):
-    result = run_script(
-        SCRIPT, *tiny_ppo_flags, "--runs-dir", str(tmp_path), "--ewma-com", "4", "--checkpoint-interval", "4"
-    )
+def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
+    result = run_script(SCRIPT, *tiny_ppo_flags, "--runs-dir", str(tmp_path), "--ewma-com", "4", "--checkpoint-interval", "4",
+                        "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video",
+                        "--track")  # fmt: skip
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     scalars = read_scalars(run_dir)
     expected = PPO_TAGS | {"metrics/kl_prox"}
     assert expected <= set(scalars), expected - set(scalars)
     assert all(value >= 0 for _, value in scalars["metrics/kl_prox"])
-    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-    assert checkpoint["iteration"] == 8 and checkpoint["ewma_weight_sum"] > 1.0
+    checkpoint = check_run_artifacts(
+        run_dir, "ppo_ewma_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
+    )
+    assert checkpoint["ewma_weight_sum"] > 1.0
     assert set(checkpoint["proximal"]) == set(checkpoint["model"])
 
 
@@ -106,9 +114,10 @@ def test_sigterm_and_resume_keep_the_proximal_policy(tmp_path, tiny_ppo_flags):
     flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
     flags[flags.index("--total-timesteps") + 1] = "1280"
     interrupt_with_sigterm(SCRIPT, flags)
-    checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    run_dir = only_run_dir(tmp_path)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
-    assert 1 <= interrupted["iteration"] < 40
+    assert 1 <= interrupted["iteration"] < 40 and interrupted["global_step"] == 32 * interrupted["iteration"]
     # 2 epochs x 2 minibatches = 4 EWMA steps per iteration with beta = 8/9 from W = 1
     steps = 4 * interrupted["iteration"]
     beta = 8 / 9
@@ -119,16 +128,17 @@ def test_sigterm_and_resume_keep_the_proximal_policy(tmp_path, tiny_ppo_flags):
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == 40 and final["global_step"] == 1280
     assert final["ewma_weight_sum"] == pytest.approx(sum(beta**k for k in range(4 * 40 + 1)), rel=1e-6)
+    steps = [step for step, _ in read_scalars(run_dir)["charts/SPS"]]
+    assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
 
 
 @pytest.mark.parametrize(
     "flags, fragment",
     [
-        (["--ewma-com", "-1"], "--ewma-com must be >= 0"),
-        (["--importance-weight-cap", "0"], "--importance-weight-cap must be > 0"),
-        (["--num-minibatches", "3"], "does not divide batch_size"),
+        (["--ewma-com", "-1"], "--ewma-com must be >= 0, got -1"),
+        (["--importance-weight-cap", "0"], "--importance-weight-cap must be > 0, got 0"),
+        (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
         (["--resume", "/no/such.pt"], "no such checkpoint file"),
-        (["--ewma-com", "big"], "--ewma-com"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
@@ -137,6 +147,23 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fr
     assert not os.path.exists(tmp_path / "runs")  # nothing was created
 
 
-def test_bad_flag_from_the_shell(tmp_path):
-    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), "--ewma-com", "-2")
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+@pytest.mark.parametrize("flags", [["--ewma-com", "big"], ["--lr-scaling", "cubic"], ["--no-such-flag", "1"]])
+def test_flags_tyro_rejects_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags):
+    argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags]
+    assert flags[0] in tyro_error(ppo_ewma_atari.main, monkeypatch, capsys, argv)
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_resume_rejects_another_scripts_checkpoint(tmp_path, monkeypatch, capsys):
+    ppo_checkpoint = tmp_path / "checkpoint.pt"  # right keys, but ppo_atari_envpool.py's flags (no --ewma-com)
+    torch.save({"args": asdict(PPOArgs()), "model": {}, "optimizer": {}, "iteration": 1, "rng": {}}, ppo_checkpoint)
+    line = usage_error(ppo_ewma_atari.main, monkeypatch, capsys, [SCRIPT, "--resume", str(ppo_checkpoint)])
+    assert "is not a checkpoint.pt of ppo_ewma_atari.py" in line
+
+
+@pytest.mark.parametrize("flags", [["--ewma-com", "-2"], ["--ewma-com", "big"]])
+def test_bad_flag_from_the_shell(tmp_path, flags):
+    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), *flags)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr, result.stderr
+    if flags[1] == "-2":  # our own checks print one line; tyro prints its own panel
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr

@@ -6,7 +6,15 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import check_run_artifacts, interrupt_with_sigterm, only_run_dir, read_scalars, run_script, usage_error
+from conftest import (
+    check_run_artifacts,
+    interrupt_with_sigterm,
+    only_run_dir,
+    read_scalars,
+    run_script,
+    tyro_error,
+    usage_error,
+)
 
 import pqn_atari
 from pqn_atari import compute_q_lambda_targets, epsilon_greedy, epsilon_schedule, td_loss
@@ -121,11 +129,11 @@ def test_q_network_layernorm_before_every_hidden_relu():
     layers = list(network.encoder)
     relus = [i for i, layer in enumerate(layers) if isinstance(layer, torch.nn.ReLU)]
     assert len(relus) == 4 and all(isinstance(layers[i - 1], torch.nn.LayerNorm) for i in relus)
-    activations = []
     obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
-    features = network.features(obs, activations)
-    assert features.shape == (3, 512) and len(activations) == 4
+    assert network.features(obs).shape == (3, 512)
     assert network(obs).shape == (3, 6)
+    # with tau = inf every neuron is dormant: 100 only if the hidden activations reach the metric
+    assert pqn_atari.measure_q_network(network, obs, float("inf"))["dormant_pct"] == 100.0
 
 
 # --------------------------------------------------------------------------------------
@@ -161,9 +169,7 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     assert args["batch_size"] == 32 and args["minibatch_size"] == 16 and args["num_iterations"] == 8
     assert args["q_lambda"] == 0.65 and args["adam_eps"] == 1e-8 and args["max_grad_norm"] == 10.0
 
-    check_run_artifacts(
-        run_dir, "pqn_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
-    )
+    check_run_artifacts(run_dir, "pqn_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40)
 
 
 def test_seeded_runs_are_reproducible(tmp_path, tiny_ppo_flags):
@@ -198,10 +204,12 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_pp
 
 
 BAD_FLAGS = [
-    (["--num-envs", "0"], "--num-envs must be positive"),
-    (["--num-minibatches", "3"], "does not divide batch_size"),
-    (["--minibatch-size", "5000"], "--minibatch-size must be in [1, batch_size=1024]"),
-    (["--minibatch-size", "100"], "does not divide batch_size"),
+    (["--num-envs", "0"], "--num-envs must be > 0, got 0"),
+    (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 1024)"),
+    (["--num-minibatches", "2000"], "--num-minibatches 2000 does not divide the batch"),
+    (["--minibatch-size", "5000"], "--minibatch-size 5000 does not divide the batch"),
+    (["--minibatch-size", "100"], "--minibatch-size 100 does not divide the batch"),
+    (["--minibatch-size", "0"], "--minibatch-size must be > 0"),
     (["--total-timesteps", "100"], "smaller than one batch"),
     (["--env-id", "NoSuchGame-v5"], "not an EnvPool Atari task"),
     (["--env-id", "Ant-v5"], "not an EnvPool Atari task"),
@@ -213,12 +221,10 @@ BAD_FLAGS = [
     (["--end-e", "-0.01"], "--end-e must be in [0, 1]"),
     (["--exploration-fraction", "1.5"], "--exploration-fraction must be in [0, 1]"),
     (["--metrics-interval", "-1"], "--metrics-interval must be >= 0"),
-    (["--max-episode-steps", "0"], "--max-episode-steps must be positive"),
+    (["--dormant-tau", "-1"], "--dormant-tau must be >= 0"),
+    (["--max-episode-steps", "0"], "--max-episode-steps must be > 0"),
     (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
-    (["--num-envs", "eight"], "--num-envs"),
-    (["--lr-scaling", "cubic"], "--lr-scaling"),
-    (["--no-such-flag", "1"], "--no-such-flag"),
 ]
 
 
@@ -227,6 +233,13 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fr
     line = usage_error(pqn_atari.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
     assert fragment in line
     assert not os.path.exists(tmp_path / "runs")  # nothing was created
+
+
+@pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--lr-scaling", "cubic"], ["--no-such-flag", "1"]])
+def test_flags_tyro_rejects_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags):
+    argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags]
+    assert flags[0] in tyro_error(pqn_atari.main, monkeypatch, capsys, argv)
+    assert not os.path.exists(tmp_path / "runs")
 
 
 def test_resume_rejects_a_file_that_is_not_a_pqn_checkpoint(tmp_path, monkeypatch, capsys):
@@ -241,11 +254,14 @@ def test_resume_rejects_a_file_that_is_not_a_pqn_checkpoint(tmp_path, monkeypatc
         assert fragment in usage_error(pqn_atari.main, monkeypatch, capsys, [SCRIPT, "--resume", str(path)])
 
 
-def test_bad_flag_from_the_shell(tmp_path):
-    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), "--q-lambda", "2")
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
-    assert "--q-lambda must be in [0, 1]" in result.stderr and "Traceback" not in result.stderr
+@pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--q-lambda", "2"], ["--resume", "/nope.pt"]])
+def test_bad_flags_from_the_shell(tmp_path, flags):
+    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), *flags)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr, result.stderr
+    if flags[0] != "--num-envs":  # our own checks print one line; tyro prints its own panel
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+    if flags[0] == "--q-lambda":
+        assert "--q-lambda must be in [0, 1], got 2" in result.stderr
 
 
 def test_minibatch_size_and_lr_scaling_derive_the_rest():
