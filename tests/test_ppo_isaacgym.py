@@ -16,13 +16,14 @@ from conftest import (
     only_run_dir,
     read_scalars,
     run_script,
+    tyro_error,
     usage_error,
 )
 from torch.distributions import Normal, kl_divergence
 
 import metrics
 import ppo_isaacgym
-from ppo_isaacgym import Agent, RunningMeanStd, measure_agent, normalise_observations
+from ppo_isaacgym import Agent, RunningMeanStd, measure_agent, normalise_observations, scale_rewards
 
 SCRIPT = "ppo_isaacgym.py"
 # Ant-v5 with a 20-step limit: every env finishes several episodes in 4 x 16 x 10 steps.
@@ -105,6 +106,24 @@ def test_normaliser_state_round_trip():
         torch.testing.assert_close(getattr(restored, key), getattr(rms, key))
 
 
+def test_reward_scaling_leaves_reset_steps_out_and_restarts_the_return():
+    rms = RunningMeanStd()
+    scaled, discounted = scale_rewards(torch.tensor([1.0, 2.0]), valid=torch.tensor([1.0, 0.0]), dones=torch.tensor([1.0, 0.0]),
+                                       discounted_return=torch.tensor([4.0, 0.0]), return_rms=rms, gamma=0.5,
+                                       clip=100.0)  # fmt: skip
+    # Only env 0's return 0.5 * 4 + 1 = 3 is counted (env 1 is on a reset step), merged with the prior (0, 1, 1e-4).
+    n = 1e-4
+    assert rms.count.item() == pytest.approx(1 + n)
+    assert rms.mean.item() == pytest.approx(3 / (1 + n))
+    variance = (n + 9 * n / (1 + n)) / (1 + n)
+    assert rms.var.item() == pytest.approx(variance)
+    assert scaled.tolist() == pytest.approx([1 / math.sqrt(variance), 2 / math.sqrt(variance)], rel=1e-4)
+    assert discounted.tolist() == [0.0, 2.0]  # env 0's episode ended: its return restarts
+    clipped, _ = scale_rewards(torch.tensor([1.0, -2.0]), torch.tensor([1.0, 0.0]), torch.zeros(2), torch.zeros(2),
+                               RunningMeanStd(), gamma=0.5, clip=5.0)  # fmt: skip
+    assert clipped.tolist() == [5.0, -5.0]  # the std is about 0.014: 70 and -140 without the clip
+
+
 def test_envpool_mujoco_resets_on_the_step_after_a_truncation():
     """The assumption behind the reset-step mask, checked on EnvPool's MuJoCo itself."""
     envs = envpool.make("Ant-v5", env_type="gymnasium", num_envs=1, seed=0, max_episode_steps=5)
@@ -117,9 +136,7 @@ def test_envpool_mujoco_resets_on_the_step_after_a_truncation():
     assert reward[0] == 0 and info["elapsed_step"][0] == 0
 
 
-@pytest.mark.parametrize(
-    "env_id, expected", [("Ant", "Ant-v5"), ("Humanoid", "Humanoid-v5"), ("Hopper-v5", "Hopper-v5")]
-)
+@pytest.mark.parametrize("env_id, expected", [("Ant", "Ant-v5"), ("Humanoid", "Humanoid-v5"), ("Hopper-v5", "Hopper-v5")])
 def test_auto_backend_maps_isaac_gym_names_to_envpool(env_id, expected):
     args = ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(env_id=env_id, runs_dir="/tmp"))
     if ISAACGYM_INSTALLED and "-v" not in env_id:
@@ -146,7 +163,7 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     checkpoint = check_run_artifacts(run_dir, "ppo_isaacgym", iterations=10, global_step=640,
                                      metric_iterations=[5, 10], embedding_rows=20, feature_dim=256,
                                      video=False)  # fmt: skip
-    obs_stats = checkpoint["normalisers"]["obs"]
+    obs_stats = checkpoint["obs_rms"]
     assert obs_stats["mean"].shape == (105,) and obs_stats["count"].item() == pytest.approx(4 * 161 + 1e-4)
     saved = torch.load(os.path.join(run_dir, "ppo_isaacgym.cleanrl_model"), weights_only=True)
     torch.testing.assert_close(saved["obs_rms"]["mean"], obs_stats["mean"])
@@ -176,8 +193,8 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     assert result.returncode == 0, result.stderr
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == 100 and final["global_step"] == 6400
-    for name in ("obs", "return"):  # the normalisers continued, not restarted
-        assert final["normalisers"][name]["count"] > interrupted["normalisers"][name]["count"]
+    for name in ("obs_rms", "return_rms"):  # the normalisers continued, not restarted
+        assert final[name]["count"] > interrupted[name]["count"]
     steps = [step for step, _ in read_scalars(only_run_dir(tmp_path))["charts/SPS"]]
     assert steps == [64 * i for i in range(1, 101)]
 
@@ -185,12 +202,20 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
 BAD_FLAGS = [
     (["--env-id", "Breakout-v5"], "is not an EnvPool MuJoCo task"),
     (["--backend", "envpool", "--env-id", "FetchReach-v4"], "is not an EnvPool MuJoCo task"),
-    (["--backend", "bullet"], "--backend"),
-    (["--num-minibatches", "3", "--num-envs", "4", "--num-steps", "8"], "does not divide batch_size"),
+    (["--backend", "envpool", "--env-id", "CheetahRun-v1"], "is not an EnvPool MuJoCo task"),  # dm_control's
+    (["--num-minibatches", "3", "--num-envs", "4", "--num-steps", "8"],
+     "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 32)"),
+    (["--num-envs", "0"], "--num-envs must be > 0, got 0"),
     (["--obs-clip", "0"], "--obs-clip must be > 0"),
-    (["--max-episode-steps", "-1"], "--max-episode-steps must be positive"),
-    (["--minibatch-size", "100000"], "--minibatch-size must be in [1, batch_size=65536]"),
-]
+    (["--max-episode-steps", "-1"], "--max-episode-steps must be > 0, got -1"),
+    (["--minibatch-size", "100000"], "--minibatch-size 100000 does not divide the batch (num_envs * num_steps = 65536)"),
+    (["--minibatch-size", "0"], "--minibatch-size must be > 0"),
+    (["--target-kl", "0"], "--target-kl must be > 0"),
+    (["--total-timesteps", "100"], "smaller than one batch"),
+    (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
+    (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
+    (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
+]  # fmt: skip
 if not ISAACGYM_INSTALLED:
     BAD_FLAGS.append((["--backend", "isaacgym"], "Isaac Gym is not installed (it is not on PyPI)"))
 
@@ -200,6 +225,30 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fr
     line = usage_error(ppo_isaacgym.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
     assert fragment in line
     assert not os.path.exists(tmp_path / "runs")
+
+
+@pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--backend", "bullet"], ["--no-such-flag", "1"]])
+def test_flags_tyro_rejects_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags):
+    argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags]
+    assert flags[0] in tyro_error(ppo_isaacgym.main, monkeypatch, capsys, argv)
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_resume_rejects_a_file_that_is_not_a_checkpoint(tmp_path, monkeypatch, capsys):
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    other_script = tmp_path / "ppo_atari_checkpoint.pt"  # right keys, but another script's flags
+    torch.save({"args": {"clip_coef": 0.1}, "model": {}, "optimizer": {}, "iteration": 1, "rng": {}}, other_script)
+    cases = ((tmp_path / "junk.pt", "not a readable checkpoint"), (other_script, "is not a checkpoint.pt of ppo_isaacgym.py"))
+    for path, fragment in cases:
+        assert fragment in usage_error(ppo_isaacgym.main, monkeypatch, capsys, [SCRIPT, "--resume", str(path)])
+
+
+@pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--num-minibatches", "3"], ["--resume", "/nope.pt"]])
+def test_bad_flags_from_the_shell(tmp_path, flags):
+    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), *flags)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr, result.stderr
+    if flags[0] != "--num-envs":  # our own checks print one line; tyro prints its own panel
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
 
 
 @pytest.mark.skipif(ISAACGYM_INSTALLED, reason="Isaac Gym is installed here")

@@ -6,7 +6,16 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import PPO_TAGS, interrupt_with_sigterm, only_run_dir, read_scalars, run_script, usage_error
+from conftest import (
+    PPO_TAGS,
+    check_run_artifacts,
+    interrupt_with_sigterm,
+    only_run_dir,
+    read_scalars,
+    run_script,
+    tyro_error,
+    usage_error,
+)
 
 import ppo_atari_envpool
 import ppo_rnd_atari
@@ -137,20 +146,27 @@ def rnd_loss_args(**overrides):
     base = dict(new_logprob=torch.zeros(2), old_logprob=torch.zeros(2), advantages=torch.tensor([1.0, -2.0]),
                 new_ext_value=torch.tensor([1.0, 2.0]), old_ext_value=torch.tensor([1.0, 2.0]),
                 ext_returns=torch.zeros(2), new_int_value=torch.zeros(2), old_int_value=torch.zeros(2),
-                int_returns=torch.zeros(2), entropy=torch.tensor([0.5, 1.5]), predicted_features=torch.zeros(2, 4),
-                target_features=torch.zeros(2, 4), mask=torch.ones(2), rnd_mask=torch.ones(2), clip_coef=0.2,
-                clip_vloss=False, ent_coef=0.01, vf_coef=0.5, norm_adv=False)  # fmt: skip
+                int_returns=torch.zeros(2), entropy=torch.tensor([0.5, 1.5]), prediction_error=torch.zeros(2),
+                mask=torch.ones(2), rnd_mask=torch.ones(2), clip_coef=0.2, clip_vloss=False, ent_coef=0.01, vf_coef=0.5,
+                norm_adv=False)  # fmt: skip
     return {**base, **overrides}
+
+
+def call_ppo_rnd_loss(new_logprob, old_logprob, advantages, new_ext_value, old_ext_value, ext_returns, new_int_value,
+                      old_int_value, int_returns, entropy, prediction_error, mask, rnd_mask, **coefficients):  # fmt: skip
+    minibatch = {"logprobs": old_logprob, "advantages": advantages, "ext_values": old_ext_value, "ext_returns": ext_returns,
+                 "int_values": old_int_value, "int_returns": int_returns, "valid": mask, "rnd_mask": rnd_mask}  # fmt: skip
+    return ppo_rnd_loss(new_logprob, new_ext_value, new_int_value, entropy, prediction_error, minibatch, **coefficients)
 
 
 def test_loss_reduces_to_ppo_without_intrinsic_terms():
     args = rnd_loss_args(new_logprob=torch.tensor([0.1, -0.3]), new_ext_value=torch.tensor([1.5, 2.0]),
                          clip_vloss=True, norm_adv=True)  # fmt: skip
-    loss, stats = ppo_rnd_loss(**args)
-    ppo, ppo_stats = ppo_atari_envpool.ppo_loss(
-        args["new_logprob"], args["old_logprob"], args["advantages"], args["new_ext_value"], args["old_ext_value"],
-        args["ext_returns"], args["entropy"], args["mask"], 0.2, True, 0.01, 0.5, True,
-    )  # fmt: skip
+    loss, stats = call_ppo_rnd_loss(**args)
+    minibatch = {"logprobs": args["old_logprob"], "values": args["old_ext_value"], "advantages": args["advantages"],
+                 "returns": args["ext_returns"], "valid": args["mask"]}  # fmt: skip
+    ppo, ppo_stats = ppo_atari_envpool.ppo_loss(args["new_logprob"], args["new_ext_value"], args["entropy"], minibatch,
+                                                clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True)  # fmt: skip
     assert loss.item() == pytest.approx(ppo.item())
     for name in ppo_stats:
         assert stats[name].item() == pytest.approx(ppo_stats[name].item()), name
@@ -162,18 +178,17 @@ def blank_loss_args(n, **overrides):
     zeros = torch.zeros(n)
     base = dict(new_logprob=zeros, old_logprob=zeros, advantages=zeros, new_ext_value=zeros, old_ext_value=zeros,
                 ext_returns=zeros, new_int_value=zeros, old_int_value=zeros, int_returns=zeros, entropy=zeros,
-                predicted_features=torch.zeros(n, 2), target_features=torch.zeros(n, 2), mask=torch.ones(n),
-                rnd_mask=torch.ones(n))  # fmt: skip
+                prediction_error=zeros, mask=torch.ones(n), rnd_mask=torch.ones(n))  # fmt: skip
     return rnd_loss_args(**{**base, **overrides})
 
 
 def test_loss_sums_value_losses_and_adds_the_masked_predictor_loss():
-    predicted = torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 3.0]])  # errors vs 0: mean(1, 1) = 1, 2, 4.5
+    prediction_error = torch.tensor([1.0, 2.0, 4.5])
     args = blank_loss_args(3, new_ext_value=torch.tensor([1.0, 0.0, 0.0]), old_ext_value=torch.tensor([1.0, 0.0, 0.0]),
                            new_int_value=torch.tensor([0.0, 2.0, 5.0]), old_int_value=torch.tensor([0.0, 2.0, 5.0]),
-                           predicted_features=predicted, mask=torch.tensor([1.0, 1.0, 0.0]),
+                           prediction_error=prediction_error, mask=torch.tensor([1.0, 1.0, 0.0]),
                            rnd_mask=torch.tensor([0.0, 1.0, 1.0]))  # fmt: skip
-    loss, stats = ppo_rnd_loss(**args)
+    loss, stats = call_ppo_rnd_loss(**args)
     # entry 2 is a reset step (mask 0): it counts nowhere. ext: 0.5 * mean(1, 0) = 0.25; int: 0.5 * mean(0, 4) = 1
     assert stats["ext_value_loss"].item() == pytest.approx(0.25)
     assert stats["int_value_loss"].item() == pytest.approx(1.0)
@@ -183,12 +198,16 @@ def test_loss_sums_value_losses_and_adds_the_masked_predictor_loss():
     assert loss.item() == pytest.approx(0.5 * 1.25 + 2.0)
 
 
-def test_only_the_predictor_learns_the_rnd_loss():
+def test_rnd_error_is_the_mean_squared_feature_error_and_only_the_predictor_learns_it():
     torch.manual_seed(0)
     rnd = RNDModel()
-    predicted, target = rnd(torch.randn(3, 1, 84, 84))
+    frames = torch.randn(3, 1, 84, 84)
+    predicted, target = rnd.predictor(frames), rnd.target(frames)
     assert predicted.shape == target.shape == (3, 512)
-    loss, stats = ppo_rnd_loss(**blank_loss_args(3, predicted_features=predicted, target_features=target))
+    error = rnd(frames)
+    torch.testing.assert_close(error, ((predicted - target) ** 2).sum(dim=1) / 512)
+    loss, stats = call_ppo_rnd_loss(**blank_loss_args(3, prediction_error=error))
+    assert stats["rnd_loss"].item() == pytest.approx(error.mean().item())
     assert stats["rnd_loss"].item() > 0
     loss.backward()
     assert all(p.grad is None for p in rnd.target.parameters())
@@ -202,7 +221,7 @@ def test_only_the_predictor_learns_the_rnd_loss():
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     result = run_script(SCRIPT, *TINY_FLAGS, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--save-model",
-                        "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video")  # fmt: skip
+                        "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video", "--track")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "warm-up: 32 random-action steps" in result.stdout
     run_dir = only_run_dir(tmp_path)
@@ -225,32 +244,29 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     assert args["batch_size"] == 32 and args["minibatch_size"] == 16 and args["num_iterations"] == 8
     assert args["repeat_action_probability"] == 0.25 and args["int_gamma"] == 0.99
 
-    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)  # plain data only
-    assert checkpoint["iteration"] == 8 and checkpoint["global_step"] == 256 and checkpoint["warmup_steps"] == 16
-    obs_stats = checkpoint["normalisers"]["obs"]
+    checkpoint = check_run_artifacts(
+        run_dir, "ppo_rnd_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
+    )
+    assert checkpoint["warmup_steps"] == 16
+    obs_stats = checkpoint["obs_rms"]
     assert obs_stats["mean"].shape == obs_stats["var"].shape == (1, 84, 84)
     # last frames of the next observations of real transitions: warm-up 32 + training 256, minus reset steps
     assert 200 < obs_stats["count"].item() <= 32 + 256
     assert 0 < obs_stats["mean"].mean().item() < 255 and obs_stats["var"].max().item() > 0
-    int_stats = checkpoint["normalisers"]["int_return"]
+    int_stats = checkpoint["int_return_rms"]
     assert 200 < int_stats["count"].item() <= 256 and int_stats["var"].item() > 0
-    assert checkpoint["normalisers"]["int_return_filter"].shape == (2,)
+    assert checkpoint["int_return_filter"].shape == (2,)
     assert {key.split(".")[0] for key in checkpoint["rnd"]} == {"target", "predictor"}
     model = torch.load(os.path.join(run_dir, "ppo_rnd_atari.cleanrl_model"), weights_only=True)
     assert set(model) == set(checkpoint["model"]) and {"critic_ext.weight", "critic_int.weight"} <= set(model)
 
-    embeddings = np.load(os.path.join(run_dir, "embeddings.npz"))
-    assert embeddings["features"].shape == (40, 512) and embeddings["int_values"].shape == (40,)
-    assert sorted(set(embeddings["iteration"].tolist())) == [2, 4, 6, 8]
-    assert any(name.endswith(".mp4") for name in os.listdir(os.path.join(run_dir, "videos")))
+    assert np.load(os.path.join(run_dir, "embeddings.npz"))["int_values"].shape == (40,)
 
 
 def test_seeded_runs_are_reproducible_with_separate_networks(tmp_path):
     logged = []
     for name in ("a", "b"):
-        result = run_script(
-            SCRIPT, *TINY_FLAGS, "--separate-networks", "--seed", "3", "--runs-dir", str(tmp_path / name)
-        )
+        result = run_script(SCRIPT, *TINY_FLAGS, "--separate-networks", "--seed", "3", "--runs-dir", str(tmp_path / name))
         assert result.returncode == 0, result.stderr
         logged.append(read_scalars(only_run_dir(tmp_path / name)))
     for tag in ("losses/value_loss", "losses/rnd_loss", "charts/intrinsic_reward", "metrics/grad_kurtosis"):
@@ -261,21 +277,21 @@ def test_seeded_runs_are_reproducible_with_separate_networks(tmp_path):
 def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
     flags = [*TINY_FLAGS, "--runs-dir", str(tmp_path)]
     flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
-    interrupt_with_sigterm(SCRIPT, flags, "step ")  # the first progress line comes after the first iteration
+    interrupt_with_sigterm(SCRIPT, flags)  # once the first checkpoint.pt (after iteration 1) exists
     run_dir = only_run_dir(tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     interrupted_at = checkpoint["iteration"]
     assert 1 <= interrupted_at < 40 and checkpoint["global_step"] == 32 * interrupted_at
-    assert checkpoint["warmup_steps"] == 16 and checkpoint["normalisers"]["obs"]["count"].item() > 0
+    assert checkpoint["warmup_steps"] == 16 and checkpoint["obs_rms"]["count"].item() > 0
 
     # Plant recognisable statistics: after the resume they must still be there, grown only by
     # the resumed iterations' frames (no new warm-up, no fresh normaliser).
     planted = 1e6
-    checkpoint["normalisers"]["obs"] = {"mean": torch.full((1, 84, 84), 100.0, dtype=torch.float64),
-                                        "var": torch.full((1, 84, 84), 400.0, dtype=torch.float64),
-                                        "count": torch.tensor(planted, dtype=torch.float64)}  # fmt: skip
-    checkpoint["normalisers"]["int_return"]["count"] = torch.tensor(planted, dtype=torch.float64)
+    checkpoint["obs_rms"] = {"mean": torch.full((1, 84, 84), 100.0, dtype=torch.float64),
+                             "var": torch.full((1, 84, 84), 400.0, dtype=torch.float64),
+                             "count": torch.tensor(planted, dtype=torch.float64)}  # fmt: skip
+    checkpoint["int_return_rms"]["count"] = torch.tensor(planted, dtype=torch.float64)
     torch.save(checkpoint, checkpoint_path)
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
@@ -285,10 +301,10 @@ def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == 40 and final["global_step"] == 1280
     resumed_frames = 32 * (40 - interrupted_at)
-    obs_stats = final["normalisers"]["obs"]
+    obs_stats = final["obs_rms"]
     assert planted < obs_stats["count"].item() <= planted + resumed_frames
     assert abs(obs_stats["mean"].mean().item() - 100.0) < 1.0  # new frames weigh < 0.13 %
-    assert planted < final["normalisers"]["int_return"]["count"].item() <= planted + resumed_frames
+    assert planted < final["int_return_rms"]["count"].item() <= planted + resumed_frames
     steps = [step for step, _ in read_scalars(run_dir)["charts/SPS"]]
     assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
 
@@ -300,7 +316,7 @@ def test_sigterm_during_the_warm_up_resumes_the_warm_up(tmp_path):
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     assert checkpoint["iteration"] == 0 and checkpoint["global_step"] == 0
     assert 0 <= checkpoint["warmup_steps"] < 1_600_000
-    assert checkpoint["normalisers"]["obs"]["count"].item() <= 2 * checkpoint["warmup_steps"]
+    assert checkpoint["obs_rms"]["count"].item() <= 2 * checkpoint["warmup_steps"]
 
     # Pretend most of the warm-up was done: the resumed run finishes the last 5 steps, then trains.
     checkpoint["warmup_steps"] = 1_600_000 - 5
@@ -317,9 +333,10 @@ def test_sigterm_during_the_warm_up_resumes_the_warm_up(tmp_path):
 # --------------------------------------------------------------------------------------
 
 BAD_FLAGS = [
-    (["--num-envs", "0"], "--num-envs must be positive"),
-    (["--num-minibatches", "3"], "does not divide batch_size"),
-    (["--minibatch-size", "20000"], "--minibatch-size must be in [1, batch_size=16384]"),
+    (["--num-envs", "0"], "--num-envs must be > 0, got 0"),
+    (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 16384)"),
+    (["--minibatch-size", "20000"], "--minibatch-size 20000 does not divide the batch"),
+    (["--minibatch-size", "0"], "--minibatch-size must be > 0"),
     (["--total-timesteps", "100"], "smaller than one batch"),
     (["--env-id", "NoSuchGame-v5"], "not an EnvPool Atari task"),
     (["--env-id", "BigfishEasy-v0"], "not an EnvPool Atari task"),
@@ -332,9 +349,6 @@ BAD_FLAGS = [
     (["--num-iterations-obs-norm-init", "-1"], "--num-iterations-obs-norm-init must be >= 0"),
     (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
-    (["--num-envs", "eight"], "--num-envs"),
-    (["--lr-scaling", "cubic"], "--lr-scaling"),
-    (["--no-such-flag", "1"], "--no-such-flag"),
 ]
 
 
@@ -345,6 +359,13 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fr
     assert not os.path.exists(tmp_path / "runs")  # nothing was created
 
 
+@pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--lr-scaling", "cubic"], ["--no-such-flag", "1"]])
+def test_flags_tyro_rejects_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags):
+    argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags]
+    assert flags[0] in tyro_error(ppo_rnd_atari.main, monkeypatch, capsys, argv)
+    assert not os.path.exists(tmp_path / "runs")
+
+
 def test_resume_rejects_a_ppo_checkpoint(tmp_path, monkeypatch, capsys):
     ppo_like = tmp_path / "checkpoint.pt"
     torch.save({"args": {}, "model": {}, "optimizer": {}, "iteration": 1, "global_step": 32, "rng": {}}, ppo_like)
@@ -352,11 +373,12 @@ def test_resume_rejects_a_ppo_checkpoint(tmp_path, monkeypatch, capsys):
     assert "is not a checkpoint.pt of ppo_rnd_atari.py" in line
 
 
-def test_bad_flag_from_the_shell(tmp_path):
-    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), "--update-proportion", "1.5")
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
-    assert "Traceback" not in result.stderr
+@pytest.mark.parametrize("flags", [["--update-proportion", "1.5"], ["--num-envs", "eight"]])
+def test_bad_flags_from_the_shell(tmp_path, flags):
+    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), *flags)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr, result.stderr
+    if flags[0] != "--num-envs":  # our own checks print one line; tyro prints its own panel
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
 
 
 def test_defaults_and_derived_values():
