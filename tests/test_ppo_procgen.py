@@ -15,12 +15,14 @@ from conftest import (
     only_run_dir,
     read_scalars,
     run_script,
+    tyro_error,
     usage_error,
 )
+from torch import nn
 
 import metrics
 import ppo_procgen
-from ppo_procgen import ConvSequence, ImpalaEncoder, ResidualBlock, RunningMeanStd, merge_moments, scale_rewards
+from ppo_procgen import ResidualBlock, RunningMeanStd, conv_sequence, impala_cnn, merge_moments, scale_rewards
 
 SCRIPT = "ppo_procgen.py"
 # 4 envs x 32 steps x 8 iterations: 256 steps per env, several BigFish episodes (a random fish dies within ~50-300)
@@ -31,9 +33,11 @@ TINY = ["--no-cuda", "--num-envs", "4", "--num-steps", "32", "--num-minibatches"
 def test_impala_blocks_keep_or_halve_the_shape():
     x = torch.randn(5, 16, 32, 32)
     assert ResidualBlock(16)(x).shape == x.shape
-    assert ConvSequence(3, 16)(torch.randn(5, 3, 64, 64)).shape == (5, 16, 32, 32)
-    activations = []
-    features = ImpalaEncoder()(torch.rand(5, 3, 64, 64), activations)
+    assert conv_sequence(3, 16)(torch.randn(5, 3, 64, 64)).shape == (5, 16, 32, 32)
+    encoder, activations = impala_cnn(), []  # every post-ReLU output, as measure_agent collects them
+    for relu in (module for module in encoder.modules() if isinstance(module, nn.ReLU)):
+        relu.register_forward_hook(lambda _relu, _input, output: activations.append(output))
+    features = encoder(torch.rand(5, 3, 64, 64))
     assert features.shape == (5, 256)
     # 3 stages x 2 residual blocks x 2 ReLUs, the flattened stage output and the dense layer
     assert len(activations) == 14
@@ -198,13 +202,17 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
 BAD_FLAGS = [
     (["--env-id", "Breakout-v5"], "is not an EnvPool Procgen task"),
     (["--env-id", "Bigfish"], "is not an EnvPool Procgen task"),
-    (["--num-minibatches", "3", "--num-envs", "2", "--num-steps", "8"], "does not divide batch_size"),
-    (["--max-episode-steps", "100"], "--max-episode-steps"),  # EnvPool's Procgen has no such option
-    (["--reward-clip", "0"], "--reward-clip must be > 0"),
+    (["--env-id", "Breakout"], "is not an EnvPool Procgen task"),
+    (["--num-minibatches", "3", "--num-envs", "2", "--num-steps", "8"], "--num-minibatches 3 does not divide the batch"),
+    (["--minibatch-size", "100"], "--minibatch-size 100 does not divide the batch (num_envs * num_steps = 16384)"),
+    (["--minibatch-size", "0"], "--minibatch-size must be > 0, got 0"),
+    (["--num-envs", "0"], "--num-envs must be > 0, got 0"),
+    (["--reward-clip", "0"], "--reward-clip must be > 0, got 0"),
     (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
     (["--num-levels", "-1"], "--num-levels must be >= 0"),
     (["--total-timesteps", "100"], "smaller than one batch"),
-    (["--separate-networks", "maybe"], "Unrecognized options: maybe (see --help)"),  # a switch takes no value
+    (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
+    (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
 ]
 
 
@@ -213,6 +221,34 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fr
     line = usage_error(ppo_procgen.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
     assert fragment in line
     assert not os.path.exists(tmp_path / "runs")
+
+
+# (flags, what tyro's message must name): EnvPool's Procgen has no --max-episode-steps; a switch takes no value
+TYRO_ERRORS = [(["--max-episode-steps", "100"], "--max-episode-steps"), (["--separate-networks", "maybe"], "maybe"),
+               (["--num-envs", "eight"], "--num-envs"), (["--lr-scaling", "cubic"], "--lr-scaling")]  # fmt: skip
+
+
+@pytest.mark.parametrize("flags, name", TYRO_ERRORS)
+def test_flags_tyro_rejects_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags, name):
+    argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags]
+    assert name in tyro_error(ppo_procgen.main, monkeypatch, capsys, argv)
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_resume_rejects_a_file_that_is_not_a_checkpoint(tmp_path, monkeypatch, capsys):
+    model_only = tmp_path / "model.pt"
+    torch.save({"weight": torch.zeros(2)}, model_only)
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    other_script = tmp_path / "atari_checkpoint.pt"  # right keys, but another script's flags
+    atari_args = {"env_id": "Breakout-v5", "max_episode_steps": 27_000}
+    torch.save({"args": atari_args, "model": {}, "optimizer": {}, "iteration": 1, "rng": {}}, other_script)
+    cases = (
+        (model_only, "is not a checkpoint.pt"),
+        (tmp_path / "junk.pt", "not a readable checkpoint"),
+        (other_script, "is not a checkpoint.pt of ppo_procgen.py"),
+    )
+    for path, fragment in cases:
+        assert fragment in usage_error(ppo_procgen.main, monkeypatch, capsys, [SCRIPT, "--resume", str(path)])
 
 
 def test_missing_qt_runtime_says_how_to_install_it(tmp_path, monkeypatch, capsys):
@@ -224,7 +260,9 @@ def test_missing_qt_runtime_says_how_to_install_it(tmp_path, monkeypatch, capsys
     assert "Qt 5 runtime" in line and "apt-get install -y libqt5gui5" in line
 
 
-def test_bad_flag_from_the_shell(tmp_path):
-    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), "--env-id", "Pong-v5")
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "Traceback" not in result.stderr
+@pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--env-id", "Pong-v5"], ["--resume", "/nope.pt"]])
+def test_bad_flags_from_the_shell(tmp_path, flags):
+    result = run_script(SCRIPT, "--runs-dir", str(tmp_path), *flags)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr, result.stderr
+    if flags[0] != "--num-envs":  # our own checks print one line; tyro prints its own panel
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
