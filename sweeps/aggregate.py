@@ -96,9 +96,7 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
             "scalars": read_scalars(run_dir),
         })  # fmt: skip
     if unfinished:
-        print(
-            f"note: {unfinished} run(s) without done.json left out (still running or interrupted; --unfinished adds them)"
-        )
+        print(f"note: {unfinished} run(s) without done.json left out (still running or interrupted; --unfinished adds them)")
     return runs
 
 

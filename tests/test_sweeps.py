@@ -90,9 +90,7 @@ def test_slurm_mode_submits_each_command_with_sbatch(tmp_path):
     assert "--wrap=echo one --seed 1" in submitted and "--wrap=echo two" in submitted
 
 
-@pytest.mark.parametrize(
-    "env, fragment", [({"LAUNCHER": "cloud"}, "LAUNCHER must be"), ({"JOBS": "0"}, "JOBS must be")]
-)
+@pytest.mark.parametrize("env, fragment", [({"LAUNCHER": "cloud"}, "LAUNCHER must be"), ({"JOBS": "0"}, "JOBS must be")])
 def test_launcher_rejects_bad_settings(tmp_path, env, fragment):
     result = launch("true\n", tmp_path, **env)
     assert result.returncode == 2 and fragment in result.stderr and len(result.stderr.splitlines()) == 1
