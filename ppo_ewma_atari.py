@@ -536,12 +536,14 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
 
 def restore_checkpoint(checkpoint: dict, **modules) -> int:
     """Load the state dicts and the RNG state of a checkpoint (main reads its plain values); returns its global step."""
-    for name, module in modules.items():
-        module.load_state_dict(checkpoint[name])
-    rng = checkpoint["rng"]
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    try:
+        for name, module in modules.items():
+            module.load_state_dict(checkpoint[name])
+    except (KeyError, RuntimeError, ValueError) as error:  # e.g. written by an older version of the script
+        fail(f"--resume: the checkpoint does not fit this version of {os.path.basename(__file__)} ({type(error).__name__})")
+    torch.set_rng_state(checkpoint["rng"]["torch"])
+    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
     print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
 

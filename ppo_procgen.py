@@ -489,15 +489,8 @@ def validate_and_derive(args: Args) -> Args:
     positive = ("total_timesteps", "num_envs", "num_steps", "update_epochs", "num_minibatches", "lr_reference_envs",
                 "metrics_batch", "embeddings_per_iteration", "learning_rate", "adam_eps", "clip_coef", "max_grad_norm",
                 "reward_clip")  # fmt: skip
-    non_negative = (
-        "checkpoint_interval",
-        "metrics_interval",
-        "ent_coef",
-        "vf_coef",
-        "dormant_tau",
-        "num_levels",
-        "start_level",
-    )
+    non_negative = ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau", "num_levels",
+                    "start_level")  # fmt: skip
     args.batch_size = args.num_envs * args.num_steps
     minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
@@ -595,12 +588,14 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
 
 def restore_checkpoint(checkpoint: dict, **modules) -> int:
     """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
-    for name, module in modules.items():
-        module.load_state_dict(checkpoint[name])
-    rng = checkpoint["rng"]
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    try:
+        for name, module in modules.items():
+            module.load_state_dict(checkpoint[name])
+    except (KeyError, RuntimeError, ValueError) as error:  # e.g. written by an older version of the script
+        fail(f"--resume: the checkpoint does not fit this version of {os.path.basename(__file__)} ({type(error).__name__})")
+    torch.set_rng_state(checkpoint["rng"]["torch"])
+    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
     print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
 

@@ -1,6 +1,7 @@
 """ppo_atari_envpool.py: the loop's maths on hand-made tensors, EnvPool's reset step on a real tiny
 episode, and the script end to end on a tiny CPU budget."""
 
+import dataclasses
 import json
 import math
 import os
@@ -266,3 +267,16 @@ def test_minibatch_size_and_lr_scaling_derive_the_rest():
     assert args.num_iterations == 10_000_000 // 2048
     args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(num_envs=16, lr_scaling="inverse", runs_dir="/tmp"))
     assert args.scaled_learning_rate == pytest.approx(1.25e-4)
+
+
+def test_resume_of_a_checkpoint_from_another_version_exits_2(tmp_path):
+    """Right flags, but state dicts this version cannot load (e.g. renamed layers): one line, no traceback."""
+    args = dataclasses.asdict(ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(runs_dir=str(tmp_path))))
+    rng = {"torch": torch.get_rng_state(), "cuda": []}
+    torch.save({"args": args, "model": {"old.weight": torch.zeros(1)}, "optimizer": {}, "iteration": 1, "global_step": 2048,
+                "rng": rng}, tmp_path / "checkpoint.pt")  # fmt: skip
+    result = run_script(SCRIPT, "--resume", str(tmp_path / "checkpoint.pt"), "--no-cuda")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: --resume: the checkpoint does not fit this version of ppo_atari_envpool.py (RuntimeError)"
+    ]
