@@ -88,13 +88,27 @@ def tyro_error(main, monkeypatch, capsys, argv):
     return captured.err
 
 
-def interrupt_with_sigterm(script, flags, wait_for=None):
-    """Start a script and send SIGTERM once it has run an iteration: when a stdout line starts
-    with `wait_for`, or else when --checkpoint-interval 1 (added here) has written the first
-    checkpoint.pt. It must save and exit 128 + SIGTERM. Returns its stdout."""
+def torchrun(nproc):
+    """The command prefix that runs a script as `nproc` processes of one run (Gloo on the CPU)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+
+
+def run_torchrun(script, nproc, *flags, timeout=600):
+    """run_script under torchrun, one torch thread per process."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    command = [*torchrun(nproc), os.path.join(ROOT, script), *flags]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)  # noqa: PLW1510
+
+
+def interrupt_with_sigterm(script, flags, wait_for=None, nproc=0):
+    """Start a script (under torchrun with `nproc` processes if given) and send SIGTERM once it
+    has run an iteration: when a stdout line starts with `wait_for`, or else when
+    --checkpoint-interval 1 (added here) has written the first checkpoint.pt. It must save and
+    exit 128 + SIGTERM (torchrun itself then exits 1). Returns its stdout."""
     runs_dir = flags[flags.index("--runs-dir") + 1]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, script, *flags, *([] if wait_for else ["--checkpoint-interval", "1"])]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", **({"OMP_NUM_THREADS": "1"} if nproc else {})}
+    launcher = torchrun(nproc) if nproc else [sys.executable]
+    command = [*launcher, script, *flags, *([] if wait_for else ["--checkpoint-interval", "1"])]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if wait_for:
         for line in process.stdout:
@@ -107,7 +121,7 @@ def interrupt_with_sigterm(script, flags, wait_for=None):
             time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=300)
-    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert process.returncode == (1 if nproc else 128 + signal.SIGTERM), stderr
     assert "--resume" in stdout
     assert not glob.glob(os.path.join(runs_dir, "*", "done.json"))  # interrupted: no completion marker
     return stdout

@@ -17,6 +17,7 @@ from conftest import (
     only_run_dir,
     read_scalars,
     run_script,
+    run_torchrun,
     tyro_error,
     usage_error,
 )
@@ -280,3 +281,87 @@ def test_resume_of_a_checkpoint_from_another_version_exits_2(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "error: --resume: the checkpoint does not fit this version of ppo_atari_envpool.py (RuntimeError)"
     ]
+
+
+# --------------------------------------------------------------------------------------
+# One run over several processes (torchrun, Gloo on the CPU)
+# --------------------------------------------------------------------------------------
+
+TORCHRUN_FLAGS = ["--no-cuda", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
+                  "--total-timesteps", "512", "--max-episode-steps", "40", "--metrics-interval", "2",
+                  "--metrics-batch", "24", "--target-kl", "0.5"]  # fmt: skip
+
+
+def reduction_worker(rank, init_file, leaves, data, out_path):
+    """One of two processes: the PPO loss of its rows, then the gradient sum of all_ranks_sum_gradients."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    rows = (slice(0, 4), slice(4, 7))[rank]
+    parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # the same weights in both processes
+    minibatch = {name: values[rows] for name, values in data.items()}
+    loss, stats = ppo_loss(*(p[rows] for p in parameters), minibatch, clip_coef=0.2, clip_vloss=True, ent_coef=0.01,
+                           vf_coef=0.5, norm_adv=True)  # fmt: skip
+    loss.backward()
+    ppo_atari_envpool.all_ranks_sum_gradients(parameters)
+    summed_stats = {name: ppo_atari_envpool.all_ranks_sum(value) for name, value in stats.items()}
+    torch.save({"gradients": [p.grad for p in parameters], "stats": summed_stats}, f"{out_path}.{rank}")
+    torch.distributed.destroy_process_group()
+
+
+def test_two_processes_with_different_reset_steps_get_exactly_the_single_process_gradient(tmp_path):
+    """Rows 0-3 on process 0 (3 real transitions), rows 4-6 on process 1 (2): per-process means would weight
+    them wrongly; the global-count shares summed over processes give the single-process loss and gradient."""
+    generator = torch.Generator().manual_seed(0)
+    data = {k: torch.randn(7, generator=generator) for k in ("logprobs", "values", "advantages", "returns")}
+    data["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
+    leaves = [torch.randn(7, generator=generator) * 0.1 for _ in range(3)]  # new log-prob, value, entropy
+    whole = [leaf.clone().requires_grad_() for leaf in leaves]
+    loss, stats = ppo_loss(*whole, data, clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True)
+    loss.backward()
+    torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)
+    for rank in (0, 1):
+        result = torch.load(tmp_path / f"out.pt.{rank}", weights_only=True)
+        for whole_parameter, gradient in zip(whole, result["gradients"], strict=True):
+            assert torch.allclose(gradient, whole_parameter.grad, atol=1e-6)
+        for name, value in stats.items():
+            assert result["stats"][name].item() == pytest.approx(value.item(), abs=1e-6), name
+
+
+def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
+    single = run_script(SCRIPT, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "single"))
+    assert single.returncode == 0, single.stderr
+    result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "two"), "--save-model")
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout
+    run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
+    done = json.load(open(os.path.join(run_dir, "done.json")))
+    assert done == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json"))) == {
+        "global_step": 512, "iterations": 8}  # fmt: skip
+    scalars = read_scalars(run_dir)
+    assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
+    assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 9)]
+    # 4 envs, 40-step time limit, 128 steps each: at least 3 games per env, from both processes
+    assert len(scalars["charts/episodic_length"]) >= 12
+    assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
+
+
+def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
+    flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "2560"  # 40 iterations
+    stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
+    assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
+    run_dir = only_run_dir(tmp_path)
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert 1 <= checkpoint["iteration"] < 40 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
+    result = run_torchrun(SCRIPT, 2, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 2560
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 41)]
+
+
+def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
+    result = run_torchrun(SCRIPT, 2, "--num-envs", "3", "--num-steps", "16", "--runs-dir", str(tmp_path))
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: --num-envs 3 and the minibatch size 12 must split evenly over 2 processes"] * 2
+    assert 'ppo_atari_envpool.py", line' not in result.stderr  # no traceback from the script
+    assert not os.listdir(tmp_path)
