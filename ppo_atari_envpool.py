@@ -497,8 +497,6 @@ def start_run(args: Args, checkpoint: dict | None):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
     if RANK != 0:
         return None, SimpleNamespace(add_scalar=lambda *_: None, close=lambda: None), tqdm(disable=True), stop_signal
-    if args.cuda and not torch.cuda.is_available():
-        print("notice: CUDA is not available, training on the CPU")
     if checkpoint:
         run_dir = os.path.dirname(os.path.abspath(args.resume))
     else:
@@ -509,6 +507,8 @@ def start_run(args: Args, checkpoint: dict | None):
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         with open(os.path.join(run_dir, "args.json"), "w") as f:
             json.dump(asdict(args), f, indent=2)
+    if args.cuda and not torch.cuda.is_available():
+        print("notice: CUDA is not available, training on the CPU")
     if args.track:
         import wandb  # noqa: PLC0415 - optional at run time
 
