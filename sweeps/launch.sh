@@ -11,6 +11,11 @@
 #   JOBS          local parallel workers (default 1)
 #   SBATCH_ARGS   extra sbatch arguments for LAUNCHER=slurm, e.g. "--gres=gpu:1 --time=24:00:00"
 #   LOG_DIR       where each command's output goes (default sweep_logs/<date-time>)
+#   NPROC         run each command ("PYTHON SCRIPT FLAGS") as NPROC processes of one run with torchrun
+#                 (default 1: as is). Locally: `PYTHON -m torch.distributed.run --standalone
+#                 --nproc-per-node NPROC SCRIPT FLAGS`. With LAUNCHER=slurm: one srun task per node of
+#                 the job, each starting NPROC processes that meet at the first node; ask for the nodes
+#                 and GPUs in SBATCH_ARGS, e.g. NPROC=4 SBATCH_ARGS="--nodes=2 --gres=gpu:4".
 #
 # A command that names its run (--env-id, --exp-name and optionally --seed and --runs-dir,
 # as every sweep script does) is matched to runs/<env_id>__<exp_name>__<seed>__<time>/:
@@ -24,6 +29,7 @@ LAUNCHER=${LAUNCHER:-local}
 JOBS=${JOBS:-1}
 SBATCH_ARGS=${SBATCH_ARGS:-}
 LOG_DIR=${LOG_DIR:-sweep_logs/$(date +%Y%m%d-%H%M%S)}
+NPROC=${NPROC:-1}
 
 case $LAUNCHER in local | print | slurm) ;; *)
     echo "error: LAUNCHER must be local, print or slurm, got '$LAUNCHER'" >&2
@@ -32,6 +38,10 @@ case $LAUNCHER in local | print | slurm) ;; *)
 esac
 if ! [[ $JOBS =~ ^[1-9][0-9]*$ ]]; then
     echo "error: JOBS must be a positive integer, got '$JOBS'" >&2
+    exit 2
+fi
+if ! [[ $NPROC =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: NPROC must be a positive integer, got '$NPROC'" >&2
     exit 2
 fi
 if (($# > 1)) || { (($# == 1)) && [[ ! -r $1 ]]; }; then
@@ -68,10 +78,24 @@ resolve() {
     fi
 }
 
+# "PYTHON SCRIPT FLAGS" as NPROC processes of one run (see NPROC above).
+with_torchrun() {
+    local line=${1#"${1%%[![:space:]]*}"} # without leading blanks
+    local python=${line%% *} rest=${line#* }
+    if [[ $LAUNCHER == slurm ]]; then # \$ : expanded in the job, on its first node
+        echo "srun --ntasks-per-node=1 $python -m torch.distributed.run --nnodes=\$SLURM_NNODES --nproc-per-node=$NPROC" \
+            "--rdzv-id=\$SLURM_JOB_ID --rdzv-backend=c10d" \
+            "--rdzv-endpoint=\$(scontrol show hostnames \"\$SLURM_JOB_NODELIST\" | head -n 1):29500 $rest"
+    else
+        echo "$python -m torch.distributed.run --standalone --nproc-per-node=$NPROC $rest"
+    fi
+}
+
 mapfile -t lines < <(cat "${1:-/dev/stdin}")
 commands=()
 for line in "${lines[@]}"; do
     [[ -z ${line//[[:space:]]/} || $line =~ ^[[:space:]]*# ]] && continue
+    ((NPROC > 1)) && line=$(with_torchrun "$line")
     commands+=("$line")
 done
 
@@ -110,7 +134,7 @@ for line in "${commands[@]}"; do
     started=$((started + 1))
     if [[ $LAUNCHER == slurm ]]; then
         # shellcheck disable=SC2086 - SBATCH_ARGS is a list of arguments
-        if job=$(sbatch --parsable $SBATCH_ARGS --job-name="sweep-$index" --output="$LOG_DIR/$index-%j.log" \
+        if job=$(sbatch --parsable $SBATCH_ARGS $( ((NPROC > 1)) && echo --ntasks-per-node=1) --job-name="sweep-$index" --output="$LOG_DIR/$index-%j.log" \
             --wrap="$command" 2>&1); then
             echo "[$index] submitted job $job: $command"
         else

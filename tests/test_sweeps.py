@@ -90,7 +90,37 @@ def test_slurm_mode_submits_each_command_with_sbatch(tmp_path):
     assert "--wrap=echo one --seed 1" in submitted and "--wrap=echo two" in submitted
 
 
-@pytest.mark.parametrize("env, fragment", [({"LAUNCHER": "cloud"}, "LAUNCHER must be"), ({"JOBS": "0"}, "JOBS must be")])
+def test_nproc_runs_each_command_as_one_torchrun_run(tmp_path):
+    (tmp_path / "show_rank.py").write_text("import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    command = f"{sys.executable} show_rank.py --seed 1\n"
+    printed = launch(command, tmp_path, LAUNCHER="print", NPROC="2").stdout.splitlines()
+    assert printed == [f"{sys.executable} -m torch.distributed.run --standalone --nproc-per-node=2 show_rank.py --seed 1"]
+    result = launch(command, tmp_path, NPROC="2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = (tmp_path / "logs" / "1.log").read_text()
+    assert "rank 0 of 2" in log and "rank 1 of 2" in log
+
+
+def test_nproc_under_slurm_starts_torchrun_on_every_node(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_sbatch = bin_dir / "sbatch"
+    fake_sbatch.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> "$SBATCH_LOG"\necho 4242\n')
+    fake_sbatch.chmod(0o755)
+    result = launch("python train.py --seed 1\n", tmp_path, LAUNCHER="slurm", NPROC="4", SBATCH_ARGS="--nodes=2 --gres=gpu:4",
+                    PATH=f"{bin_dir}:{os.environ['PATH']}", SBATCH_LOG=str(tmp_path / "sbatch.log"))  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    submitted = (tmp_path / "sbatch.log").read_text().splitlines()
+    assert "--nodes=2" in submitted and "--ntasks-per-node=1" in submitted
+    wrap = next(arg for arg in submitted if arg.startswith("--wrap="))
+    assert wrap.startswith("--wrap=srun --ntasks-per-node=1 python -m torch.distributed.run --nnodes=$SLURM_NNODES")
+    assert "--nproc-per-node=4" in wrap and "--rdzv-id=$SLURM_JOB_ID" in wrap and wrap.endswith(" train.py --seed 1")
+
+
+@pytest.mark.parametrize(
+    "env, fragment",
+    [({"LAUNCHER": "cloud"}, "LAUNCHER must be"), ({"JOBS": "0"}, "JOBS must be"), ({"NPROC": "two"}, "NPROC must be")],
+)
 def test_launcher_rejects_bad_settings(tmp_path, env, fragment):
     result = launch("true\n", tmp_path, **env)
     assert result.returncode == 2 and fragment in result.stderr and len(result.stderr.splitlines()) == 1
