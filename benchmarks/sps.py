@@ -2,6 +2,7 @@
 
     python benchmarks/sps.py                      # all six scripts, 8 envs x 128 steps
     python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 64 --total-timesteps 655360 --cuda
+    python benchmarks/sps.py --nproc 2            # also: one run as 2 torchrun processes against 1
 
 The Atari scripts run Breakout-v5, ppo_procgen.py BigfishEasy-v0 and ppo_isaacgym.py
 EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
@@ -14,6 +15,9 @@ Prints, measured on this machine in this one invocation:
      busy CPU) and by direct timing (the seconds one metrics computation takes on the
      metrics batch, measured in this process on real frames, divided by the seconds of
      `metrics-interval` training iterations at the metrics-off SPS).
+With --nproc K, a second table: for each script that runs under torchrun, the SPS of one
+process stepping all N envs against K processes of one run stepping N / K each (with
+cores / K torch threads each, so that they do not fight over the cores), alternated.
 Every script runs the same batch shape (ppo_rnd_atari.py with a one-iteration
 observation-normalisation warm-up, which is not timed).
 Training SPS is the script's own charts/SPS at the end of the run (env steps per second
@@ -42,6 +46,7 @@ sys.path.insert(0, ROOT)
 
 # Flags a script needs beyond the shared ones for a short benchmark run.
 EXTRA_FLAGS = {"ppo_rnd_atari.py": ["--num-iterations-obs-norm-init", "1"], "ppo_isaacgym.py": ["--backend", "envpool"]}
+TORCHRUN_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "ppo_procgen.py", "ppo_isaacgym.py")
 ALL_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "pqn_atari.py", "ppo_rnd_atari.py", "ppo_procgen.py",
                "ppo_isaacgym.py")  # fmt: skip
 
@@ -72,6 +77,8 @@ class Args:
     """batched env.step calls for the raw EnvPool rate"""
     cuda: bool = False
     """train on the GPU (pass --cuda on a GPU machine)"""
+    nproc: int = 1
+    """above 1: also compare one process with this many torchrun processes of one run"""
 
 
 def task_of(args: Args, script: str) -> str:
@@ -152,15 +159,17 @@ def metrics_seconds(script: str, frames: np.ndarray, num_actions: int, batch_siz
     return statistics.median(timings[1:])  # the first call warms up
 
 
-def training_sps(args: Args, script: str, metrics_interval: int) -> float:
+def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1) -> float:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
+    torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
+    threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))} if nproc > 1 else {}
     with tempfile.TemporaryDirectory() as runs_dir:
-        command = [sys.executable, os.path.join(ROOT, script), "--env-id", task_of(args, script), *EXTRA_FLAGS.get(script, []),
+        command = [sys.executable, *torchrun, os.path.join(ROOT, script), "--env-id", task_of(args, script), *EXTRA_FLAGS.get(script, []),
                    "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
                    "--total-timesteps", str(args.total_timesteps), "--metrics-interval", str(metrics_interval),
                    "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda"]  # fmt: skip
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env={**os.environ, **threads})
         event_file = glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0]
         accumulator = EventAccumulator(event_file)
         accumulator.Reload()
@@ -172,6 +181,9 @@ def main() -> None:
     unknown = sorted(set(args.scripts) - set(ALL_SCRIPTS))
     if unknown:
         print(f"error: --scripts: unknown {', '.join(unknown)} (choose from {', '.join(ALL_SCRIPTS)})", file=sys.stderr)
+        sys.exit(2)
+    if args.nproc < 1 or args.num_envs % args.nproc:
+        print(f"error: --nproc {args.nproc} does not split --num-envs {args.num_envs} evenly", file=sys.stderr)
         sys.exit(2)
     print(f"machine: {os.cpu_count()} CPUs, device {'cuda' if args.cuda else 'cpu'}; "
           f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps:,} steps per training run")  # fmt: skip
@@ -200,8 +212,27 @@ def main() -> None:
             f"{seconds:.3f} s / {interval_seconds:.1f} s = {100 * seconds / interval_seconds:.1f} %",
             f"off {', '.join(f'{x:.0f}' for x in off)}; on {', '.join(f'{x:.0f}' for x in on)}",
         ))  # fmt: skip
-    header = ("", "SPS metrics off", f"SPS metrics every {args.metrics_interval}", "off / raw of the task",
-              "cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)")  # fmt: skip
+    print_table(("", "SPS metrics off", f"SPS metrics every {args.metrics_interval}", "off / raw of the task",
+                 "cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)"), rows)  # fmt: skip
+    if args.nproc == 1:
+        return
+    rows = []
+    for script in [script for script in args.scripts if script in TORCHRUN_SCRIPTS]:
+        one, many = [], []
+        for _ in range(args.repeats):
+            one.append(training_sps(args, script, args.metrics_interval))
+            many.append(training_sps(args, script, args.metrics_interval, args.nproc))
+        sps_one, sps_many = statistics.median(one), statistics.median(many)
+        rows.append((f"{script} ({task_of(args, script)})", f"{sps_one:,.0f}", f"{sps_many:,.0f}", f"{sps_many / sps_one:.2f}",
+                     f"1: {', '.join(f'{x:.0f}' for x in one)}; {args.nproc}: {', '.join(f'{x:.0f}' for x in many)}"))  # fmt: skip
+    print(
+        f"\none run, metrics every {args.metrics_interval}: 1 process x {args.num_envs} envs against {args.nproc} torchrun "
+        f"processes x {args.num_envs // args.nproc} envs ({max(1, (os.cpu_count() or 1) // args.nproc)} torch threads each)"
+    )
+    print_table(("", "SPS 1 process", f"SPS {args.nproc} processes", "ratio", "runs (SPS)"), rows)
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
