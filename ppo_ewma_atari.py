@@ -7,8 +7,8 @@ Sec. 2.2, eq. 4) decouples PPO's two uses of the behaviour policy: the behaviour
 for off-policyness (importance weight pi_prox / pi_behavior), but the clipping regularises towards a
 *proximal* policy, an exponentially weighted moving average of the weights over optimizer steps whose
 centre of mass (`--ewma-com`) sets how old the reference is, independently of how the data was collected.
-Everything else is ppo_atari_envpool.py (same defaults, flags, tags, metrics, checkpoints and `--resume`),
-plus `metrics/kl_prox`.
+Everything else is ppo_atari_envpool.py (same defaults, flags, tags, metrics, checkpoints, `--resume`
+and torchrun), plus `metrics/kl_prox`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Literal
 import envpool
 import numpy as np
 import torch
+import torch.distributed as dist
 import tyro
 from torch import nn
 from torch.distributions import Categorical
@@ -34,6 +35,10 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 import metrics
+
+# Set by torchrun in each of its processes; a plain run is process 0 of 1.
+RANK, LOCAL_RANK = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
 
 
 @dataclass
@@ -239,8 +244,28 @@ def compute_gae(rewards, values, terminations, truncations, valid, next_value, g
     return advantages, advantages + values
 
 
+def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum of x over the processes of a torchrun run; x itself in a single process."""
+    if dist.is_initialized():
+        x = x.clone()
+        dist.all_reduce(x)
+    return x
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    """Mean of x where mask is 1. Under torchrun, this process's share of the mean over every process's entries
+    (their reset steps differ): the shares sum to the mean, and their gradients to its gradient."""
+    return (x * mask).sum() / all_ranks_sum(mask.sum()).clamp(min=1.0)
+
+
+def all_ranks_sum_gradients(parameters) -> None:
+    """Under torchrun, replace each gradient by its sum over the processes (one all-reduce): every loss is a share
+    of the global masked mean, so this is the single-process gradient and every process takes the same step."""
+    if dist.is_initialized():
+        gradients = [parameter.grad for parameter in parameters]
+        summed = all_ranks_sum(torch.cat([gradient.flatten() for gradient in gradients]))
+        for gradient, chunk in zip(gradients, summed.split([gradient.numel() for gradient in gradients]), strict=True):
+            gradient.copy_(chunk.view_as(gradient))
 
 
 def ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor], *, clip_coef: float,
@@ -251,8 +276,8 @@ def ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch: 
     `minibatch` holds the rollout's logprobs (behaviour), values, advantages, returns and valid (the reset-step mask)."""
     mask, advantages, returns, old_value = (minibatch[k] for k in ("valid", "advantages", "returns", "values"))
     if norm_adv:
-        mean = masked_mean(advantages, mask)
-        advantages = (advantages - mean) / (masked_mean((advantages - mean).square(), mask).sqrt() + 1e-8)
+        mean = all_ranks_sum(masked_mean(advantages, mask))
+        advantages = (advantages - mean) / (all_ranks_sum(masked_mean((advantages - mean).square(), mask)).sqrt() + 1e-8)
     importance_weight = (proximal_logprob - minibatch["logprobs"]).exp().clamp(max=importance_weight_cap).detach()
     ratio = (new_logprob - proximal_logprob).exp()
     clipped_objective = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef))
@@ -275,7 +300,8 @@ def ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch: 
 def ewma_update(proximal: nn.Module, current: nn.Module, weight_sum: float, beta: float) -> float:
     """One bias-corrected EWMA step: W' = beta W + 1; theta_prox <- theta_prox * (beta W / W') + theta / W'; returns W'.
     theta_prox is then the beta-discounted average of every weight vector seen so far, the initial one included
-    (W = 1 at the start), so there is no start-up bias."""
+    (W = 1 at the start), so there is no start-up bias. Deterministic: under torchrun the processes' identical weights
+    keep their proximal weights identical, with no communication."""
     new_weight_sum = beta * weight_sum + 1.0
     for proximal_tensor, tensor in zip(proximal.state_dict().values(), current.state_dict().values(), strict=True):
         proximal_tensor.mul_(beta * weight_sum / new_weight_sum).add_(tensor, alpha=1.0 / new_weight_sum)
@@ -285,12 +311,14 @@ def ewma_update(proximal: nn.Module, current: nn.Module, weight_sum: float, beta
 def main() -> None:
     args, checkpoint = parse_args()
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    device = torch.device(f"cuda:{LOCAL_RANK}" if args.cuda and torch.cuda.is_available() else "cpu")
+    # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
+    num_envs, minibatch_size = args.num_envs // WORLD_SIZE, args.minibatch_size // WORLD_SIZE
 
     # A resumed run starts new games from another env seed: EnvPool's emulator state cannot be saved.
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1,
-                        max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
+    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, max_episode_steps=args.max_episode_steps,
+                        seed=args.seed + start_iteration - 1 + RANK * num_envs, episodic_life=True, reward_clip=True)  # fmt: skip
     num_actions = envs.action_space.n
     agent = Agent(num_actions, args.separate_networks).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps)
@@ -298,9 +326,11 @@ def main() -> None:
     proximal = copy.deepcopy(agent).requires_grad_(False)
     ewma_beta, ewma_weight_sum = args.ewma_com / (args.ewma_com + 1), checkpoint["ewma_weight_sum"] if checkpoint else 1.0
     global_step = restore_checkpoint(checkpoint, model=agent, optimizer=optimizer, proximal=proximal) if checkpoint else 0
+    if WORLD_SIZE > 1:  # the same initial weights everywhere, but each process its own action noise
+        torch.manual_seed(hash((args.seed, RANK, start_iteration)))
 
     # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
-    size = (args.num_steps, args.num_envs)
+    size = (args.num_steps, num_envs)
     rollout = {
         "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
         "actions": torch.zeros(size, dtype=torch.long, device=device),
@@ -310,10 +340,11 @@ def main() -> None:
         rollout[name] = torch.zeros(size, device=device)
 
     next_obs = torch.as_tensor(envs.reset()[0], device=device)
-    next_done = torch.zeros(args.num_envs, device=device)
+    next_done = torch.zeros(num_envs, device=device)
     # Full-game statistics: EnvPool's episodic_life ends an "episode" per life, but the score
     # that matters is the whole game (info["terminated"] marks the real game over).
-    game_return = np.zeros(args.num_envs)
+    game_return = np.zeros(num_envs)
+    finished_games: list[tuple[int, float, int]] = []  # (global step, return, length)
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
     start_time, start_step = time.time(), global_step
@@ -324,7 +355,7 @@ def main() -> None:
 
         rollout_start_step = global_step
         for step in range(args.num_steps):
-            if stop_signal:
+            if stop_requested(stop_signal):
                 break
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
@@ -343,14 +374,17 @@ def main() -> None:
 
             game_return += info["reward"]  # unclipped reward; 0 on reset steps
             game_over = info["terminated"].astype(bool) | truncations
-            for finished_return, finished_length in zip(game_return[game_over], info["elapsed_step"][game_over], strict=True):
-                writer.add_scalar("charts/episodic_return", finished_return, global_step)
-                writer.add_scalar("charts/episodic_length", finished_length, global_step)
-                recent_returns.append(float(finished_return))
+            for finished in zip(game_return[game_over], info["elapsed_step"][game_over], strict=True):
+                finished_games.append((global_step, *finished))
             game_return[game_over] = 0.0
         if stop_signal:
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
+        for step, finished_return, finished_length in all_ranks_list(finished_games):
+            writer.add_scalar("charts/episodic_return", finished_return, step)
+            writer.add_scalar("charts/episodic_length", finished_length, step)
+            recent_returns.append(finished_return)
+        finished_games.clear()
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs)
@@ -362,9 +396,9 @@ def main() -> None:
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
         for _epoch in range(args.update_epochs):
-            permutation = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                minibatch = {name: values[permutation[start : start + args.minibatch_size]] for name, values in batch.items()}
+            permutation = torch.randperm(len(batch["obs"]), device=device)
+            for start in range(0, len(batch["obs"]), minibatch_size):
+                minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
                 _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
                 proximal_logprob = proximal.get_action_and_value(minibatch["obs"], minibatch["actions"])[1]
                 loss, stats = ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch,
@@ -373,19 +407,22 @@ def main() -> None:
                                             importance_weight_cap=args.importance_weight_cap)  # fmt: skip
                 optimizer.zero_grad()
                 loss.backward()
+                all_ranks_sum_gradients(agent.parameters())
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
                 grad_norms.append(nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm))
                 optimizer.step()
                 ewma_weight_sum = ewma_update(proximal, agent, ewma_weight_sum, ewma_beta)
                 minibatch_stats.append(stats)
-            if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+            if args.target_kl is not None and all_ranks_sum(stats["approx_kl"]) > args.target_kl:
                 break
 
         valid = batch["valid"].bool()
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         for name in minibatch_stats[0]:  # means over the update's minibatches
-            writer.add_scalar(f"losses/{name}", torch.stack([s[name] for s in minibatch_stats]).mean().item(), global_step)
+            writer.add_scalar(
+                f"losses/{name}", all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()), global_step
+            )
         explained = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
         writer.add_scalar("losses/explained_variance", explained, global_step)
         if measure:
@@ -396,7 +433,7 @@ def main() -> None:
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
             for name, value in measured.items():
                 writer.add_scalar(f"metrics/{name}", value, global_step)
-            if args.save_embeddings:
+            if args.save_embeddings and RANK == 0:
                 embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
 
         # After the metrics, so that SPS counts everything an iteration costs.
@@ -465,6 +502,8 @@ def validate_and_derive(args: Args) -> Args:
          f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches"),
         (args.total_timesteps >= args.batch_size,
          f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})"),
+        (args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
+         f"--num-envs {args.num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"),
     ]  # fmt: skip
     for ok, message in checks:
         if not ok:
@@ -478,8 +517,21 @@ def validate_and_derive(args: Args) -> Args:
 
 
 def start_run(args: Args, checkpoint: dict | None):
-    """Seed torch; the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B;
-    SIGTERM (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves."""
+    """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
+    (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
+    the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
+    torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
+        torch.cuda.set_device(LOCAL_RANK)
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+    elif WORLD_SIZE > 1:
+        dist.init_process_group("gloo")
+    stop_signal: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: stop_signal.append(received))
+    if RANK != 0:
+        return None, SimpleNamespace(add_scalar=lambda *_: None, close=lambda: None), tqdm(disable=True), stop_signal
     if checkpoint:
         run_dir = os.path.dirname(os.path.abspath(args.resume))
     else:
@@ -490,8 +542,6 @@ def start_run(args: Args, checkpoint: dict | None):
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         with open(os.path.join(run_dir, "args.json"), "w") as f:
             json.dump(asdict(args), f, indent=2)
-    torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
-    torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
     if args.track:
@@ -504,9 +554,6 @@ def start_run(args: Args, checkpoint: dict | None):
     if not checkpoint:
         table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
-    stop_signal: list[int] = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda received, _frame: stop_signal.append(received))
     # Steps, SPS, ETA, recent return: live on a terminal, a plain line every 30 s in a log file.
     live = sys.stdout.isatty()
     log_lines = SimpleNamespace(write=lambda text: text.strip() and print(text.strip(), flush=True), flush=lambda: None)
@@ -515,11 +562,29 @@ def start_run(args: Args, checkpoint: dict | None):
     return run_dir, writer, progress, stop_signal
 
 
+def stop_requested(stop_signal: list[int]) -> bool:
+    """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number)."""
+    if dist.is_initialized():
+        received = torch.tensor(stop_signal[:1] or [0])
+        dist.all_reduce(received, op=dist.ReduceOp.MAX)
+        stop_signal[:] = [int(received)] if received else []
+    return bool(stop_signal)
+
+
+def all_ranks_list(items: list) -> list:
+    """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
+    if not dist.is_initialized():
+        return items
+    gathered = [None] * WORLD_SIZE
+    dist.all_gather_object(gathered, items)
+    return [item for process_items in gathered for item in process_items]
+
+
 def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, embeddings: list, **modules) -> None:
     """checkpoint.pt (state dicts, plain values such as the EWMA weight sum, counters, RNG states: tensors and plain
     data for weights_only) and the new embeddings, each written to a temporary file and renamed: a crash never
-    leaves half a file."""
-    if modules:
+    leaves half a file. Process 0 only."""
+    if modules and RANK == 0:
         rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
         state = {name: module.state_dict() if hasattr(module, "state_dict") else module for name, module in modules.items()}
         state |= {"args": asdict(args), "rng": rng}
@@ -552,15 +617,26 @@ def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_si
     """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
     embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
     progress.close()
+    writer.close()
     iteration = global_step // args.batch_size  # iterations completed: an interrupted rollout is not counted
     interrupted = bool(stop_signal) and iteration < args.num_iterations
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
     save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
-    writer.close()
+    if dist.is_initialized():  # the summed gradients keep every process's weights (and so proximal ones) identical
+        networks = (modules["model"], modules["proximal"])
+        weights = torch.cat([parameter.detach().flatten() for network in networks for parameter in network.parameters()])
+        rank0_weights = weights.clone()
+        dist.broadcast(rank0_weights, src=0)
+        same = int(all_ranks_sum(torch.tensor(int(torch.equal(weights, rank0_weights)))))
+        if RANK == 0:
+            print(f"weights identical on {same} of {WORLD_SIZE} processes")
+        dist.destroy_process_group()
+    if interrupted and RANK == 0:
+        print(f"stopped by signal {stop_signal[0]} at iteration {iteration}; continue with --resume {run_dir}/checkpoint.pt")
     if interrupted:
-        path = os.path.join(run_dir, "checkpoint.pt")
-        print(f"stopped by signal {stop_signal[0]} at iteration {iteration}; continue with --resume {path}")
         sys.exit(128 + stop_signal[0])
+    if RANK != 0:
+        return
     if args.save_model:
         path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
         torch.save(modules["model"].state_dict(), f"{path}.tmp")

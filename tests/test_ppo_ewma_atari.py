@@ -1,5 +1,6 @@
 """ppo_ewma_atari.py: the decoupled loss, the EWMA proximal weights, and end to end."""
 
+import json
 import os
 from dataclasses import asdict
 
@@ -12,6 +13,7 @@ from conftest import (
     only_run_dir,
     read_scalars,
     run_script,
+    run_torchrun,
     tyro_error,
     usage_error,
 )
@@ -167,3 +169,96 @@ def test_bad_flag_from_the_shell(tmp_path, flags):
     assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr, result.stderr
     if flags[1] == "-2":  # our own checks print one line; tyro prints its own panel
         assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+
+
+# --------------------------------------------------------------------------------------
+# One run over several processes (torchrun, Gloo on the CPU)
+# --------------------------------------------------------------------------------------
+
+TORCHRUN_FLAGS = ["--no-cuda", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
+                  "--total-timesteps", "512", "--max-episode-steps", "40", "--metrics-interval", "2",
+                  "--metrics-batch", "24", "--target-kl", "0.5"]  # fmt: skip
+EWMA_COEFFICIENTS = dict(clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True, importance_weight_cap=1.5)
+
+
+def reduction_worker(rank, init_file, leaves, data, out_path):
+    """One of two processes: the PPO-EWMA loss of its rows, then the gradient sum of all_ranks_sum_gradients."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    rows = (slice(0, 4), slice(4, 7))[rank]
+    new_logprob, new_value, entropy = parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # same weights
+    minibatch = {name: values[rows] for name, values in data.items()}
+    loss, stats = ppo_ewma_loss(new_logprob[rows], minibatch["proximal_logprobs"], new_value[rows], entropy[rows],
+                                minibatch, **EWMA_COEFFICIENTS)  # fmt: skip
+    loss.backward()
+    ppo_ewma_atari.all_ranks_sum_gradients(parameters)
+    summed_stats = {name: ppo_ewma_atari.all_ranks_sum(value) for name, value in stats.items()}
+    torch.save({"gradients": [p.grad for p in parameters], "stats": summed_stats}, f"{out_path}.{rank}")
+    torch.distributed.destroy_process_group()
+
+
+def test_two_processes_with_different_reset_steps_get_exactly_the_single_process_gradient(tmp_path):
+    """Rows 0-3 on process 0 (3 real transitions), rows 4-6 on process 1 (2): per-process means would weight
+    them wrongly; the global-count shares summed over processes give the single-process loss and gradient."""
+    generator = torch.Generator().manual_seed(0)
+    data = {k: torch.randn(7, generator=generator) for k in ("values", "advantages", "returns")}
+    data["logprobs"], data["proximal_logprobs"] = (torch.randn(7, generator=generator) * 0.3 - 1 for _ in range(2))
+    data["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
+    leaves = [torch.randn(7, generator=generator) * 0.3 - 1 for _ in range(3)]  # new log-prob, value, entropy
+    whole = [leaf.clone().requires_grad_() for leaf in leaves]
+    loss, stats = ppo_ewma_loss(whole[0], data["proximal_logprobs"], *whole[1:], data, **EWMA_COEFFICIENTS)
+    loss.backward()
+    torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)
+    for rank in (0, 1):
+        result = torch.load(tmp_path / f"out.pt.{rank}", weights_only=True)
+        for whole_parameter, gradient in zip(whole, result["gradients"], strict=True):
+            assert torch.allclose(gradient, whole_parameter.grad, atol=1e-6)
+        for name, value in stats.items():
+            assert result["stats"][name].item() == pytest.approx(value.item(), abs=1e-6), name
+
+
+def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
+    single = run_script(SCRIPT, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "single"))
+    assert single.returncode == 0, single.stderr
+    result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "two"), "--save-model")
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout  # the agent's and the proximal network's
+    run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
+    done = json.load(open(os.path.join(run_dir, "done.json")))
+    assert done == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json"))) == {
+        "global_step": 512, "iterations": 8}  # fmt: skip
+    scalars = read_scalars(run_dir)
+    expected = PPO_TAGS | {"metrics/kl_prox"}
+    assert expected <= set(scalars), expected - set(scalars)
+    assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 9)]
+    # 4 envs, 40-step time limit, 128 steps each: at least 3 games per env, from both processes
+    assert len(scalars["charts/episodic_length"]) >= 12
+    assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
+
+
+def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
+    flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "2560"  # 40 iterations
+    stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
+    assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
+    run_dir = only_run_dir(tmp_path)
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert 1 <= checkpoint["iteration"] < 40 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
+    assert set(checkpoint["proximal"]) == set(checkpoint["model"]) and checkpoint["ewma_weight_sum"] > 1.0
+    result = run_torchrun(SCRIPT, 2, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 2560
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 41)]
+
+
+def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
+    result = run_torchrun(SCRIPT, 2, "--num-envs", "3", "--num-steps", "16", "--runs-dir", str(tmp_path))
+    assert result.returncode != 0
+    # each process that gets that far (torchrun stops the other once one fails) says it in one line, exit 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert 1 <= len(errors) <= 2 and set(errors) == {
+        "error: --num-envs 3 and the minibatch size 12 must split evenly over 2 processes"
+    }
+    assert "exitcode  : 2" in result.stderr
+    assert 'ppo_ewma_atari.py", line' not in result.stderr  # no traceback from the script
+    assert not os.listdir(tmp_path)
