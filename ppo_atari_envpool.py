@@ -347,7 +347,7 @@ def main() -> None:
             for finished in zip(game_return[game_over], info["elapsed_step"][game_over], strict=True):
                 finished_games.append((global_step, *finished))
             game_return[game_over] = 0.0
-        if stop_signal:
+        if stop_requested(stop_signal):  # the same answer in every process, also for a signal after the last step
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
         for step, finished_return, finished_length in all_ranks_list(finished_games):
@@ -528,12 +528,15 @@ def start_run(args: Args, checkpoint: dict | None):
 
 
 def stop_requested(stop_signal: list[int]) -> bool:
-    """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number)."""
-    if dist.is_initialized():
-        received = torch.tensor(stop_signal[:1] or [0])
-        dist.all_reduce(received, op=dist.ReduceOp.MAX)
-        stop_signal[:] = [int(received)] if received else []
-    return bool(stop_signal)
+    """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
+    Every process gets the same answer: a signal that lands during the all-reduce counts at the next call."""
+    if not dist.is_initialized():
+        return bool(stop_signal)
+    received = torch.tensor(stop_signal[:1] or [0])
+    dist.all_reduce(received, op=dist.ReduceOp.MAX)
+    if received:
+        stop_signal[:] = [int(received)]
+    return bool(received)
 
 
 def all_ranks_list(items: list) -> list:

@@ -16,6 +16,7 @@ from conftest import (
     only_run_dir,
     read_scalars,
     run_script,
+    run_torchrun,
     tyro_error,
     usage_error,
 )
@@ -23,7 +24,7 @@ from torch.distributions import Normal, kl_divergence
 
 import metrics
 import ppo_isaacgym
-from ppo_isaacgym import Agent, RunningMeanStd, measure_agent, normalise_observations, scale_rewards
+from ppo_isaacgym import Agent, RunningMeanStd, measure_agent, normalise_observations, ppo_loss, scale_rewards
 
 SCRIPT = "ppo_isaacgym.py"
 # Ant-v5 with a 20-step limit: every env finishes several episodes in 4 x 16 x 10 steps.
@@ -256,3 +257,128 @@ def test_isaacgym_backend_without_isaacgym_from_the_shell(tmp_path):
     result = run_script(SCRIPT, "--runs-dir", str(tmp_path), "--backend", "isaacgym", "--env-id", "Ant")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "developer.nvidia.com/isaac-gym" in result.stderr and "--backend envpool" in result.stderr
+
+
+# --------------------------------------------------------------------------------------
+# One run over several processes (torchrun, Gloo on the CPU)
+# --------------------------------------------------------------------------------------
+
+TORCHRUN_FLAGS = [*TINY, "--target-kl", "0.5"]  # 2 minibatches of 32: 16 rows per process
+
+
+def reduction_worker(rank, init_file, leaves, data, out_path):
+    """One of two processes: the PPO loss of its rows, then the gradient sum of all_ranks_sum_gradients."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    rows = (slice(0, 4), slice(4, 7))[rank]
+    parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # the same weights in both processes
+    minibatch = {name: values[rows] for name, values in data.items()}
+    loss, stats = ppo_loss(*(p[rows] for p in parameters), minibatch, clip_coef=0.2, clip_vloss=True, ent_coef=0.01,
+                           vf_coef=2.0, norm_adv=True)  # fmt: skip
+    loss.backward()
+    ppo_isaacgym.all_ranks_sum_gradients(parameters)
+    summed_stats = {name: ppo_isaacgym.all_ranks_sum(value) for name, value in stats.items()}
+    torch.save({"gradients": [p.grad for p in parameters], "stats": summed_stats}, f"{out_path}.{rank}")
+    torch.distributed.destroy_process_group()
+
+
+def test_two_processes_with_different_reset_steps_get_exactly_the_single_process_gradient(tmp_path):
+    """Rows 0-3 on process 0 (3 real transitions), rows 4-6 on process 1 (2): per-process means would weight
+    them wrongly; the global-count shares summed over processes give the single-process loss and gradient."""
+    generator = torch.Generator().manual_seed(0)
+    data = {k: torch.randn(7, generator=generator) for k in ("logprobs", "values", "advantages", "returns")}
+    data["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
+    leaves = [torch.randn(7, generator=generator) * 0.1 for _ in range(3)]  # new log-prob, value, entropy
+    whole = [leaf.clone().requires_grad_() for leaf in leaves]
+    loss, stats = ppo_loss(*whole, data, clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=2.0, norm_adv=True)
+    loss.backward()
+    torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)
+    for rank in (0, 1):
+        result = torch.load(tmp_path / f"out.pt.{rank}", weights_only=True)
+        for whole_parameter, gradient in zip(whole, result["gradients"], strict=True):
+            assert torch.allclose(gradient, whole_parameter.grad, atol=1e-6)
+        for name, value in stats.items():
+            assert result["stats"][name].item() == pytest.approx(value.item(), abs=1e-6), name
+
+
+def normaliser_worker(rank, init_file, updates, out_path):
+    """One of two processes: the same normaliser updates as one process, on this process's rows only."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    rows = (slice(0, 5), slice(5, 8))[rank]  # unequal shares
+    obs_rms, return_rms = RunningMeanStd((3,)), RunningMeanStd()
+    for obs, returns, valid in updates:
+        normalise_observations(obs[rows], obs_rms, clip=10.0)
+        return_rms.update(returns[rows], valid[rows])
+    torch.save({"obs_rms": obs_rms.state_dict(), "return_rms": return_rms.state_dict()}, f"{out_path}.{rank}")
+    torch.distributed.destroy_process_group()
+
+
+def test_two_processes_update_the_normalisers_like_one_process_on_all_their_data(tmp_path):
+    """The observation and return statistics merge every process's moments: each process ends with the
+    statistics of one process that saw the concatenated batches (reset steps left out of the returns')."""
+    generator = torch.Generator().manual_seed(0)
+    updates = [(torch.randn(8, 3, generator=generator) * torch.tensor([1.0, 0.1, 5.0]) + torch.tensor([1.0, -2.0, 10.0]),
+                torch.randn(8, generator=generator) * 3 + 1, (torch.rand(8, generator=generator) > 0.3).float())
+               for _ in range(3)]  # fmt: skip
+    obs_rms, return_rms = RunningMeanStd((3,)), RunningMeanStd()
+    for obs, returns, valid in updates:
+        normalise_observations(obs, obs_rms, clip=10.0)
+        return_rms.update(returns, valid)
+    torch.multiprocessing.spawn(normaliser_worker, args=(tmp_path / "init", updates, tmp_path / "out.pt"), nprocs=2)
+    for rank in (0, 1):
+        result = torch.load(tmp_path / f"out.pt.{rank}", weights_only=True)
+        for name, rms in (("obs_rms", obs_rms), ("return_rms", return_rms)):
+            for key, value in rms.state_dict().items():
+                torch.testing.assert_close(result[name][key], value, rtol=1e-12, atol=1e-12)
+    assert return_rms.count.item() < 24  # some reset steps were left out
+
+
+def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
+    single = run_script(SCRIPT, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "single"))
+    assert single.returncode == 0, single.stderr
+    result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "two"), "--save-model")
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout  # and the normalisers' statistics
+    run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
+    done = json.load(open(os.path.join(run_dir, "done.json")))
+    assert done == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json"))) == {
+        "global_step": 640, "iterations": 10}  # fmt: skip
+    scalars = read_scalars(run_dir)
+    assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
+    assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 11)]
+    # 4 envs, 20-step time limit (21 steps with the reset step), 160 steps each: at least 7 episodes per env
+    assert len(scalars["charts/episodic_length"]) >= 28
+    assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
+    saved = torch.load(os.path.join(run_dir, "ppo_isaacgym.cleanrl_model"), weights_only=True)
+    assert saved["obs_rms"]["count"].item() == pytest.approx(4 * 161 + 1e-4)  # every process's observations
+
+
+def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
+    flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "6400"  # 100 iterations
+    stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
+    assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
+    run_dir = only_run_dir(tmp_path)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    interrupted = torch.load(checkpoint_path, weights_only=True)
+    assert 1 <= interrupted["iteration"] < 100 and interrupted["global_step"] == 64 * interrupted["iteration"]
+    result = run_torchrun(SCRIPT, 2, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 6400
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 101)]
+    for name in ("obs_rms", "return_rms"):  # the normalisers continued, not restarted
+        assert torch.load(checkpoint_path, weights_only=True)[name]["count"] > interrupted[name]["count"]
+
+
+def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
+    flags = ["--backend", "envpool", "--num-envs", "3", "--num-steps", "16", "--runs-dir", str(tmp_path)]
+    result = run_torchrun(SCRIPT, 2, *flags)
+    assert result.returncode != 0
+    # each process that gets that far (torchrun stops the other once one fails) says it in one line, exit 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert 1 <= len(errors) <= 2 and set(errors) == {
+        "error: --num-envs 3 and the minibatch size 24 must split evenly over 2 processes"
+    }
+    assert "exitcode  : 2" in result.stderr
+    assert 'ppo_isaacgym.py", line' not in result.stderr  # no traceback from the script
+    assert not os.listdir(tmp_path)
