@@ -26,6 +26,7 @@ from typing import Literal
 import envpool
 import numpy as np
 import torch
+import torch.distributed as dist
 import tyro
 from torch import nn
 from torch.distributions import Categorical
@@ -33,6 +34,10 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 import metrics
+
+# Set by torchrun in each of its processes; a plain run is process 0 of 1.
+RANK, LOCAL_RANK = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
 
 
 @dataclass
@@ -252,8 +257,28 @@ def compute_gae(rewards, values, terminations, truncations, valid, next_value, g
     return advantages, advantages + values
 
 
+def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum of x over the processes of a torchrun run; x itself in a single process."""
+    if dist.is_initialized():
+        x = x.clone()
+        dist.all_reduce(x)
+    return x
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    """Mean of x where mask is 1. Under torchrun, this process's share of the mean over every process's entries
+    (their reset steps differ): the shares sum to the mean, and their gradients to its gradient."""
+    return (x * mask).sum() / all_ranks_sum(mask.sum()).clamp(min=1.0)
+
+
+def all_ranks_sum_gradients(parameters) -> None:
+    """Under torchrun, replace each gradient by its sum over the processes (one all-reduce): every loss is a share
+    of the global masked mean, so this is the single-process gradient and every process takes the same step."""
+    if dist.is_initialized():
+        gradients = [parameter.grad for parameter in parameters]
+        summed = all_ranks_sum(torch.cat([gradient.flatten() for gradient in gradients]))
+        for gradient, chunk in zip(gradients, summed.split([gradient.numel() for gradient in gradients]), strict=True):
+            gradient.copy_(chunk.view_as(gradient))
 
 
 def merge_moments(mean, var, count, batch_mean, batch_var, batch_count):
@@ -276,11 +301,12 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.full((), 1e-4, dtype=torch.float64))
 
     def update(self, batch: torch.Tensor, weights: torch.Tensor) -> None:
-        """Merge a batch; rows with weight 0 (reset steps) are left out without a host sync."""
+        """Merge a batch; rows with weight 0 (reset steps) are left out without a host sync. Under torchrun, the batch
+        of every process (its count and sums are summed over them): every process holds the same statistics."""
         batch, weights = batch.double(), weights.double().reshape((-1,) + (1,) * (batch.dim() - 1))
-        batch_count = weights.sum()
-        batch_mean = (weights * batch).sum(0) / batch_count.clamp(min=1.0)
-        batch_var = (weights * (batch - batch_mean).square()).sum(0) / batch_count.clamp(min=1.0)
+        batch_count = all_ranks_sum(weights.sum())
+        batch_mean = all_ranks_sum((weights * batch).sum(0)) / batch_count.clamp(min=1.0)
+        batch_var = all_ranks_sum((weights * (batch - batch_mean).square()).sum(0)) / batch_count.clamp(min=1.0)
         self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count, batch_mean, batch_var, batch_count)
 
 
@@ -301,8 +327,8 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
     returns and valid (the reset-step mask: entries with 0 do not count)."""
     mask, advantages, returns, old_value = (minibatch[k] for k in ("valid", "advantages", "returns", "values"))
     if norm_adv:
-        mean = masked_mean(advantages, mask)
-        advantages = (advantages - mean) / (masked_mean((advantages - mean).square(), mask).sqrt() + 1e-8)
+        mean = all_ranks_sum(masked_mean(advantages, mask))
+        advantages = (advantages - mean) / (all_ranks_sum(masked_mean((advantages - mean).square(), mask)).sqrt() + 1e-8)
     log_ratio = new_logprob - minibatch["logprobs"]
     ratio = log_ratio.exp()
     policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)), mask)
@@ -322,22 +348,30 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
 def main() -> None:
     args, checkpoint = parse_args()
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
-    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    device = torch.device(f"cuda:{LOCAL_RANK}" if args.cuda and torch.cuda.is_available() else "cpu")
+    # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
+    num_envs, minibatch_size = args.num_envs // WORLD_SIZE, args.minibatch_size // WORLD_SIZE
 
     # A resumed run starts new episodes from another env seed: EnvPool's game state cannot be saved.
     # Easy or hard mode comes from the id; each game keeps its own time limit.
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1,
-                        num_levels=args.num_levels, start_level=args.start_level)  # fmt: skip
+    seed = args.seed + start_iteration - 1  # Procgen in EnvPool seeds env i with the i-th draw of mt19937(seed) (tested)
+    if WORLD_SIZE > 1:  # each process takes its share of those draws: together they step one process's envs and levels
+        draws = np.random.RandomState(seed).randint(2**32, size=(WORLD_SIZE, num_envs), dtype=np.uint32)  # row r: process r
+        seed = draws[RANK].view(np.int32).tolist()
+    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_levels=args.num_levels,
+                        start_level=args.start_level)  # fmt: skip
     num_actions = envs.action_space.n
     agent = Agent(num_actions, args.separate_networks).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps)
     return_rms = RunningMeanStd().to(device)  # of the discounted return, for the reward scaling
     state = {"model": agent, "optimizer": optimizer, "return_rms": return_rms}  # what a checkpoint holds
     global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
+    if WORLD_SIZE > 1:  # the same initial weights everywhere, but each process its own action noise
+        torch.manual_seed(hash((args.seed, RANK, start_iteration)))
 
     # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
-    size = (args.num_steps, args.num_envs)
+    size = (args.num_steps, num_envs)
     rollout = {
         "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
         "actions": torch.zeros(size, dtype=torch.long, device=device),
@@ -347,12 +381,13 @@ def main() -> None:
         rollout[name] = torch.zeros(size, device=device)
 
     next_obs = torch.as_tensor(envs.reset()[0], device=device)
-    next_done = torch.zeros(args.num_envs, device=device)
-    discounted_return = torch.zeros(args.num_envs, device=device)
-    episode_return = np.zeros(args.num_envs)
+    next_done = torch.zeros(num_envs, device=device)
+    discounted_return = torch.zeros(num_envs, device=device)
+    episode_return = np.zeros(num_envs)
+    finished_episodes: list[tuple[int, float, int]] = []  # (global step, return, length)
     recent_returns: deque[float] = deque(maxlen=20)
     normalise = args.env_id.endswith("Easy-v0")  # Cobbe et al.'s return ranges are for easy mode
-    if not normalise:
+    if not normalise and RANK == 0:
         print(f"notice: no easy-mode return range for {args.env_id}; charts/normalized_return is not logged")
     embeddings: list[dict[str, np.ndarray]] = []
     start_time, start_step = time.time(), global_step
@@ -363,7 +398,7 @@ def main() -> None:
 
         rollout_start_step = global_step
         for step in range(args.num_steps):
-            if stop_signal:
+            if stop_requested(stop_signal):
                 break
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
@@ -384,19 +419,20 @@ def main() -> None:
 
             episode_return += reward  # raw reward; 0 on reset steps
             episode_over = terminations | truncations
-            for finished_return, finished_length in zip(
-                episode_return[episode_over], info["elapsed_step"][episode_over], strict=True
-            ):
-                writer.add_scalar("charts/episodic_return", finished_return, global_step)
-                writer.add_scalar("charts/episodic_length", finished_length, global_step)
-                if normalise:
-                    normalized = metrics.procgen_normalized_score(args.env_id, finished_return)
-                    writer.add_scalar("charts/normalized_return", normalized, global_step)
-                recent_returns.append(float(finished_return))
+            for finished in zip(episode_return[episode_over], info["elapsed_step"][episode_over], strict=True):
+                finished_episodes.append((global_step, *finished))
             episode_return[episode_over] = 0.0
-        if stop_signal:
+        if stop_requested(stop_signal):
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
+        for step, finished_return, finished_length in all_ranks_list(finished_episodes):
+            writer.add_scalar("charts/episodic_return", finished_return, step)
+            writer.add_scalar("charts/episodic_length", finished_length, step)
+            if normalise:
+                normalized = metrics.procgen_normalized_score(args.env_id, finished_return)
+                writer.add_scalar("charts/normalized_return", normalized, step)
+            recent_returns.append(float(finished_return))
+        finished_episodes.clear()
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs)
@@ -408,27 +444,29 @@ def main() -> None:
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
         for _epoch in range(args.update_epochs):
-            permutation = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                minibatch = {name: values[permutation[start : start + args.minibatch_size]] for name, values in batch.items()}
+            permutation = torch.randperm(len(batch["obs"]), device=device)
+            for start in range(0, len(batch["obs"]), minibatch_size):
+                minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
                 _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
                 loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, clip_coef=args.clip_coef,
                                        clip_vloss=args.clip_vloss, ent_coef=args.ent_coef, vf_coef=args.vf_coef,
                                        norm_adv=args.norm_adv)  # fmt: skip
                 optimizer.zero_grad()
                 loss.backward()
+                all_ranks_sum_gradients(agent.parameters())
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
                 grad_norms.append(nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm))
                 optimizer.step()
                 minibatch_stats.append(stats)
-            if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+            if args.target_kl is not None and all_ranks_sum(stats["approx_kl"]) > args.target_kl:
                 break
 
         valid = batch["valid"].bool()
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        for name in minibatch_stats[0]:  # means over the update's minibatches
-            writer.add_scalar(f"losses/{name}", torch.stack([s[name] for s in minibatch_stats]).mean().item(), global_step)
+        for name in minibatch_stats[0]:  # means over the update's minibatches (under torchrun, sums of the processes' shares)
+            loss_mean = all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean())
+            writer.add_scalar(f"losses/{name}", loss_mean, global_step)
         explained = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
         writer.add_scalar("losses/explained_variance", explained, global_step)
         if measure:
@@ -439,7 +477,7 @@ def main() -> None:
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
             for name, value in measured.items():
                 writer.add_scalar(f"metrics/{name}", value, global_step)
-            if args.save_embeddings:
+            if args.save_embeddings and RANK == 0:
                 embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
 
         # After the metrics, so that SPS counts everything an iteration costs.
@@ -507,6 +545,8 @@ def validate_and_derive(args: Args) -> Args:
          f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches"),
         (args.total_timesteps >= args.batch_size,
          f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})"),
+        (args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
+         f"--num-envs {args.num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"),
     ]  # fmt: skip
     for ok, message in checks:
         if not ok:
@@ -525,8 +565,28 @@ def validate_and_derive(args: Args) -> Args:
 
 
 def start_run(args: Args, checkpoint: dict | None):
-    """Seed torch; the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B;
-    SIGTERM (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves."""
+    """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
+    (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
+    the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
+    torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
+        torch.cuda.set_device(LOCAL_RANK)
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+    elif WORLD_SIZE > 1:
+        dist.init_process_group("gloo")
+    if not (args.cuda and torch.cuda.is_available()):
+        # Each minibatch frees tens of MB of activations; glibc would unmap them and the next minibatch page-fault them
+        # back in, which doubled an update's CPU time. Its 1 GiB mmap threshold keeps them in the heap for reuse.
+        with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+            libc = ctypes.CDLL(None)
+            libc.mallopt(-1, 2**31 - 1)  # M_TRIM_THRESHOLD
+            libc.mallopt(-3, 2**30)  # M_MMAP_THRESHOLD
+    stop_signal: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: stop_signal.append(received))
+    if RANK != 0:
+        return None, SimpleNamespace(add_scalar=lambda *_: None, close=lambda: None), tqdm(disable=True), stop_signal
     if checkpoint:
         run_dir = os.path.dirname(os.path.abspath(args.resume))
     else:
@@ -537,17 +597,8 @@ def start_run(args: Args, checkpoint: dict | None):
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         with open(os.path.join(run_dir, "args.json"), "w") as f:
             json.dump(asdict(args), f, indent=2)
-    torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
-    torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
-    if not (args.cuda and torch.cuda.is_available()):
-        # Each minibatch frees tens of MB of activations; glibc would unmap them and the next minibatch page-fault them
-        # back in, which doubled an update's CPU time. Its 1 GiB mmap threshold keeps them in the heap for reuse.
-        with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
-            libc = ctypes.CDLL(None)
-            libc.mallopt(-1, 2**31 - 1)  # M_TRIM_THRESHOLD
-            libc.mallopt(-3, 2**30)  # M_MMAP_THRESHOLD
     if args.track:
         import wandb  # noqa: PLC0415 - optional at run time
 
@@ -558,9 +609,6 @@ def start_run(args: Args, checkpoint: dict | None):
     if not checkpoint:
         table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
-    stop_signal: list[int] = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda received, _frame: stop_signal.append(received))
     # Steps, SPS, ETA, recent return: live on a terminal, a plain line every 30 s in a log file.
     live = sys.stdout.isatty()
     log_lines = SimpleNamespace(write=lambda text: text.strip() and print(text.strip(), flush=True), flush=lambda: None)
@@ -569,10 +617,31 @@ def start_run(args: Args, checkpoint: dict | None):
     return run_dir, writer, progress, stop_signal
 
 
+def stop_requested(stop_signal: list[int]) -> bool:
+    """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
+    Every process gets the same answer: a signal that lands during the all-reduce counts at the next call."""
+    if not dist.is_initialized():
+        return bool(stop_signal)
+    received = torch.tensor(stop_signal[:1] or [0])
+    dist.all_reduce(received, op=dist.ReduceOp.MAX)
+    if received:
+        stop_signal[:] = [int(received)]
+    return bool(received)
+
+
+def all_ranks_list(items: list) -> list:
+    """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
+    if not dist.is_initialized():
+        return items
+    gathered = [None] * WORLD_SIZE
+    dist.all_gather_object(gathered, items)
+    return [item for process_items in gathered for item in process_items]
+
+
 def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, embeddings: list, **modules) -> None:
     """checkpoint.pt (state dicts, counters, RNG states: tensors and plain data for weights_only) and the
-    new embeddings, each written to a temporary file and renamed: a crash never leaves half a file."""
-    if modules:
+    new embeddings, each written to a temporary file and renamed: a crash never leaves half a file. Process 0 only."""
+    if modules and RANK == 0:
         rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
         state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
         path = os.path.join(run_dir, "checkpoint.pt")
@@ -604,15 +673,26 @@ def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_si
     """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
     embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
     progress.close()
+    writer.close()
     iteration = global_step // args.batch_size  # iterations completed: an interrupted rollout is not counted
     interrupted = bool(stop_signal) and iteration < args.num_iterations
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
     save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
-    writer.close()
+    if dist.is_initialized():  # summed gradients and moments keep every process's weights and reward statistics equal
+        state = [*modules["model"].parameters(), *modules["return_rms"].buffers()]
+        weights = torch.cat([tensor.detach().double().flatten() for tensor in state])
+        rank0_weights = weights.clone()
+        dist.broadcast(rank0_weights, src=0)
+        same = int(all_ranks_sum(torch.tensor(int(torch.equal(weights, rank0_weights)))))
+        if RANK == 0:
+            print(f"weights identical on {same} of {WORLD_SIZE} processes")
+        dist.destroy_process_group()
+    if interrupted and RANK == 0:
+        print(f"stopped by signal {stop_signal[0]} at iteration {iteration}; continue with --resume {run_dir}/checkpoint.pt")
     if interrupted:
-        path = os.path.join(run_dir, "checkpoint.pt")
-        print(f"stopped by signal {stop_signal[0]} at iteration {iteration}; continue with --resume {path}")
         sys.exit(128 + stop_signal[0])
+    if RANK != 0:
+        return
     if args.save_model:
         path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
         torch.save(modules["model"].state_dict(), f"{path}.tmp")

@@ -363,9 +363,8 @@ def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_p
     assert result.returncode != 0
     # each process that gets that far (torchrun stops the other once one fails) says it in one line, exit 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert 1 <= len(errors) <= 2 and set(errors) == {
-        "error: --num-envs 3 and the minibatch size 12 must split evenly over 2 processes"
-    }
-    assert "exitcode  : 2" in result.stderr
-    assert 'ppo_atari_envpool.py", line' not in result.stderr  # no traceback from the script
+    expected = "error: --num-envs 3 and the minibatch size 12 must split evenly over 2 processes"
+    assert 1 <= len(errors) <= 2 and set(errors) == {expected}, result.stderr
+    assert "exitcode  : 2" in result.stderr, result.stderr
+    assert 'ppo_atari_envpool.py", line' not in result.stderr, result.stderr  # no traceback from the script
     assert not os.listdir(tmp_path)

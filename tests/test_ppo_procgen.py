@@ -15,6 +15,7 @@ from conftest import (
     only_run_dir,
     read_scalars,
     run_script,
+    run_torchrun,
     tyro_error,
     usage_error,
 )
@@ -266,3 +267,145 @@ def test_bad_flags_from_the_shell(tmp_path, flags):
     assert result.returncode == 2 and "Traceback" not in result.stderr and flags[0] in result.stderr, result.stderr
     if flags[0] != "--num-envs":  # our own checks print one line; tyro prints its own panel
         assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+
+
+# --------------------------------------------------------------------------------------
+# One run over several processes (torchrun, Gloo on the CPU)
+# --------------------------------------------------------------------------------------
+
+TORCHRUN_FLAGS = [*TINY, "--target-kl", "0.5"]
+
+
+def reduction_worker(rank, init_file, leaves, data, out_path):
+    """One of two processes: the PPO loss of its rows, then the gradient sum of all_ranks_sum_gradients."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    rows = (slice(0, 4), slice(4, 7))[rank]
+    parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # the same weights in both processes
+    minibatch = {name: values[rows] for name, values in data.items()}
+    loss, stats = ppo_procgen.ppo_loss(*(p[rows] for p in parameters), minibatch, clip_coef=0.2, clip_vloss=True,
+                                       ent_coef=0.01, vf_coef=0.5, norm_adv=True)  # fmt: skip
+    loss.backward()
+    ppo_procgen.all_ranks_sum_gradients(parameters)
+    summed_stats = {name: ppo_procgen.all_ranks_sum(value) for name, value in stats.items()}
+    torch.save({"gradients": [p.grad for p in parameters], "stats": summed_stats}, f"{out_path}.{rank}")
+    torch.distributed.destroy_process_group()
+
+
+def test_two_processes_with_different_reset_steps_get_exactly_the_single_process_gradient(tmp_path):
+    """Rows 0-3 on process 0 (3 real transitions), rows 4-6 on process 1 (2): per-process means would weight
+    them wrongly; the global-count shares summed over processes give the single-process loss and gradient."""
+    generator = torch.Generator().manual_seed(0)
+    data = {k: torch.randn(7, generator=generator) for k in ("logprobs", "values", "advantages", "returns")}
+    data["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
+    leaves = [torch.randn(7, generator=generator) * 0.1 for _ in range(3)]  # new log-prob, value, entropy
+    whole = [leaf.clone().requires_grad_() for leaf in leaves]
+    loss, stats = ppo_procgen.ppo_loss(*whole, data, clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5,
+                                       norm_adv=True)  # fmt: skip
+    loss.backward()
+    torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)
+    for rank in (0, 1):
+        result = torch.load(tmp_path / f"out.pt.{rank}", weights_only=True)
+        for whole_parameter, gradient in zip(whole, result["gradients"], strict=True):
+            assert torch.allclose(gradient, whole_parameter.grad, atol=1e-6)
+        for name, value in stats.items():
+            assert result["stats"][name].item() == pytest.approx(value.item(), abs=1e-6), name
+
+
+def normaliser_worker(rank, init_file, batches, weights, out_path):
+    """One of two processes: RunningMeanStd updates with its half of each step's envs."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    rms, envs = RunningMeanStd(), (slice(0, 3), slice(3, 6))[rank]
+    for batch, weight in zip(batches, weights, strict=True):
+        rms.update(batch[envs], weight[envs])
+    torch.save(rms.state_dict(), f"{out_path}.{rank}")
+    torch.distributed.destroy_process_group()
+
+
+def test_two_processes_update_the_reward_normaliser_like_one_process_on_all_envs(tmp_path):
+    """Each process holds 3 of 6 envs with its own reset steps: the merged moments of both equal one process's
+    update on all 6, so every process scales rewards alike (and process 0's checkpoint describes all)."""
+    generator = torch.Generator().manual_seed(1)
+    batches = [torch.randn(6, generator=generator, dtype=torch.float64) * 3 + 2 for _ in range(4)]
+    weights = [(torch.rand(6, generator=generator) > 0.3).double() for _ in range(4)]
+    weights[0] = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # process 1: all reset steps
+    whole = RunningMeanStd()
+    for batch, weight in zip(batches, weights, strict=True):
+        whole.update(batch, weight)
+    torch.multiprocessing.spawn(normaliser_worker, args=(tmp_path / "init", batches, weights, tmp_path / "rms"), nprocs=2)
+    states = [torch.load(tmp_path / f"rms.{rank}", weights_only=True) for rank in (0, 1)]
+    for name, value in whole.state_dict().items():
+        assert torch.equal(states[0][name], states[1][name]), name  # bit for bit the same on both processes
+        torch.testing.assert_close(states[0][name], value, rtol=1e-12, atol=1e-12)
+
+
+def joined(outputs):
+    """Reset or step outputs of pools side by side: observations (rewards, ends) and level seeds, concatenated."""
+    columns = zip(*([*output[:-1], output[-1]["level_seed"]] for output in outputs), strict=True)
+    return [np.concatenate(column) for column in columns]
+
+
+def test_envpool_seeds_env_i_with_the_i_th_draw_so_processes_split_one_process_envs():
+    """What the script's torchrun env seeds rely on: EnvPool's Procgen seeds env i of `seed=s` with the i-th 32-bit
+    draw of mt19937(s), so two pools given those draws, 2 each, step exactly the 4 envs (and levels) of one pool."""
+    actions = np.random.default_rng(0).integers(0, 15, size=(150, 4)).astype(np.int32)
+    for levels in ({}, {"num_levels": 3, "start_level": 5}):
+        one = envpool.make("BigfishEasy-v0", env_type="gymnasium", num_envs=4, seed=7, **levels)
+        draws = np.random.RandomState(7).randint(2**32, size=(2, 2), dtype=np.uint32)  # as main() does under torchrun
+        two = [envpool.make("BigfishEasy-v0", env_type="gymnasium", num_envs=2, seed=draws[rank].view(np.int32).tolist(),
+                            **levels) for rank in (0, 1)]  # fmt: skip
+        for whole, split in zip(joined([one.reset()]), joined([pool.reset() for pool in two]), strict=True):
+            assert np.array_equal(whole, split)
+        for step_actions in actions:  # several episodes end and restart on the way
+            split = joined([pool.step(half) for pool, half in zip(two, np.split(step_actions, 2), strict=True)])
+            assert all(np.array_equal(a, b) for a, b in zip(joined([one.step(step_actions)]), split, strict=True))
+        if levels:
+            assert set(joined([one.step(actions[0])])[-1]) <= {5, 6, 7}
+
+
+def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
+    single = run_script(SCRIPT, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "single"))
+    assert single.returncode == 0, single.stderr
+    result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "two"), "--save-model")
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout  # the reward statistics included
+    run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
+    done = json.load(open(os.path.join(run_dir, "done.json")))
+    assert done == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json"))) == {
+        "global_step": 1024, "iterations": 8}  # fmt: skip
+    scalars = read_scalars(run_dir)
+    expected = PPO_TAGS | {"charts/normalized_return"}
+    assert expected <= set(scalars), expected - set(scalars)
+    assert [step for step, _ in scalars["charts/SPS"]] == [128 * i for i in range(1, 9)]
+    lengths, normalized = scalars["charts/episodic_length"], scalars["charts/normalized_return"]
+    assert len(normalized) == len(lengths) == len(scalars["charts/episodic_return"])  # every per-episode tag gathered
+    # each process steps 2 envs x 256 steps: finished episodes longer than 512 steps in all come from both
+    assert sum(length for _, length in lengths) > 2 * 256
+    assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
+
+
+def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
+    flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "2560"  # 20 iterations
+    stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
+    assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
+    run_dir = only_run_dir(tmp_path)
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert 1 <= checkpoint["iteration"] < 20 and checkpoint["global_step"] == 128 * checkpoint["iteration"]
+    result = run_torchrun(SCRIPT, 2, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 2560
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [128 * i for i in range(1, 21)]
+
+
+def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
+    result = run_torchrun(SCRIPT, 2, "--num-envs", "3", "--num-steps", "16", "--runs-dir", str(tmp_path))
+    assert result.returncode != 0
+    # each process that gets that far (torchrun stops the other once one fails) says it in one line, exit 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert 1 <= len(errors) <= 2 and set(errors) == {
+        "error: --num-envs 3 and the minibatch size 6 must split evenly over 2 processes"
+    }
+    assert "exitcode  : 2" in result.stderr
+    assert 'ppo_procgen.py", line' not in result.stderr  # no traceback from the script
+    assert not os.listdir(tmp_path)
