@@ -75,14 +75,19 @@ def test_local_mode_skips_finished_runs_and_resumes_interrupted_ones(tmp_path):
     assert "--resume" not in logs[3] and "--resume" not in logs[4]
 
 
-def test_slurm_mode_submits_each_command_with_sbatch(tmp_path):
+def launch_with_fake_sbatch(commands, tmp_path, **env):
+    """launch() with LAUNCHER=slurm and an `sbatch` that records its arguments (one a line) in sbatch.log."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake_sbatch = bin_dir / "sbatch"
     fake_sbatch.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> "$SBATCH_LOG"\necho 4242\n')
     fake_sbatch.chmod(0o755)
-    result = launch("echo one --seed 1\necho two\n", tmp_path, LAUNCHER="slurm", SBATCH_ARGS="--gres=gpu:1 --time=1:00:00",
-                    PATH=f"{bin_dir}:{os.environ['PATH']}", SBATCH_LOG=str(tmp_path / "sbatch.log"))  # fmt: skip
+    return launch(commands, tmp_path, LAUNCHER="slurm", PATH=f"{bin_dir}:{os.environ['PATH']}",
+                  SBATCH_LOG=str(tmp_path / "sbatch.log"), **env)  # fmt: skip
+
+
+def test_slurm_mode_submits_each_command_with_sbatch(tmp_path):
+    result = launch_with_fake_sbatch("echo one --seed 1\necho two\n", tmp_path, SBATCH_ARGS="--gres=gpu:1 --time=1:00:00")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[1] submitted job 4242: echo one --seed 1" in result.stdout
     submitted = (tmp_path / "sbatch.log").read_text().splitlines()
@@ -102,13 +107,7 @@ def test_nproc_runs_each_command_as_one_torchrun_run(tmp_path):
 
 
 def test_nproc_under_slurm_starts_torchrun_on_every_node(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_sbatch = bin_dir / "sbatch"
-    fake_sbatch.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> "$SBATCH_LOG"\necho 4242\n')
-    fake_sbatch.chmod(0o755)
-    result = launch("python train.py --seed 1\n", tmp_path, LAUNCHER="slurm", NPROC="4", SBATCH_ARGS="--nodes=2 --gres=gpu:4",
-                    PATH=f"{bin_dir}:{os.environ['PATH']}", SBATCH_LOG=str(tmp_path / "sbatch.log"))  # fmt: skip
+    result = launch_with_fake_sbatch("python train.py --seed 1\n", tmp_path, NPROC="4", SBATCH_ARGS="--nodes=2 --gres=gpu:4")
     assert result.returncode == 0, result.stdout + result.stderr
     submitted = (tmp_path / "sbatch.log").read_text().splitlines()
     assert "--nodes=2" in submitted and "--ntasks-per-node=1" in submitted
