@@ -2,9 +2,13 @@
 episode, and the script end to end on a tiny CPU budget."""
 
 import dataclasses
+import glob
 import json
 import math
 import os
+import signal
+import subprocess
+import time
 
 import envpool
 import numpy as np
@@ -12,12 +16,14 @@ import pytest
 import torch
 from conftest import (
     PPO_TAGS,
+    ROOT,
     check_run_artifacts,
     interrupt_with_sigterm,
     only_run_dir,
     read_scalars,
     run_script,
     run_torchrun,
+    torchrun,
     tyro_error,
     usage_error,
 )
@@ -356,6 +362,35 @@ def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path
     assert result.returncode == 0, result.stderr
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 2560
     assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 41)]
+
+
+def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint(tmp_path):
+    """Slurm or a user may signal one worker only: the other must stop at the same step, not hang."""
+    flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path), "--checkpoint-interval", "1"]
+    flags[flags.index("--total-timesteps") + 1] = "2560"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    launcher = subprocess.Popen([*torchrun(2), SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 300
+    while not glob.glob(os.path.join(tmp_path, "*", "checkpoint.pt")):
+        assert time.time() < deadline and launcher.poll() is None, "no checkpoint"
+        time.sleep(0.1)
+    workers = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and parent_of(pid) == launcher.pid]
+    os.kill(max(workers), signal.SIGTERM)  # one worker only
+    stdout, stderr = launcher.communicate(timeout=300)
+    assert stdout.count("continue with --resume") == 1, stdout + stderr
+    assert "exitcode  : 143" in stderr  # the workers stopped on the signal (128 + 15), none was killed
+    checkpoint = torch.load(glob.glob(os.path.join(tmp_path, "*", "checkpoint.pt"))[0], weights_only=True)
+    assert 1 <= checkpoint["iteration"] < 40 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
+    assert not glob.glob(os.path.join(tmp_path, "*", "done.json"))
+
+
+def parent_of(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):  # the process ended meanwhile
+        return -1
 
 
 def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
