@@ -8,7 +8,9 @@
 #   LAUNCHER      local (default): run with JOBS parallel workers on this machine
 #                 print: only print the commands (a dry run; nothing is checked or started)
 #                 slurm: submit each command as one job with `sbatch --wrap`
-#   JOBS          local parallel workers (default 1)
+#   JOBS          local parallel workers (default 1); they share the cores: unless OMP_NUM_THREADS is
+#                 set, each run's torch gets cores / (JOBS x NPROC) threads (OMP_NUM_THREADS), as runs
+#                 that each take every core slow each other down (about 3x for two runs on 2 cores)
 #   SBATCH_ARGS   extra sbatch arguments for LAUNCHER=slurm, e.g. "--gres=gpu:1 --time=24:00:00"
 #   LOG_DIR       where each command's output goes (default sweep_logs/<date-time>)
 #   NPROC         run each command ("PYTHON SCRIPT FLAGS") as NPROC processes of one run with torchrun
@@ -102,6 +104,12 @@ done
 if [[ $LAUNCHER == print ]]; then
     printf '%s\n' "${commands[@]}"
     exit 0
+fi
+
+if [[ $LAUNCHER == local ]]; then # (Slurm jobs keep the environment of their own node)
+    cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+    threads=$((cores / (JOBS * NPROC)))
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((threads > 0 ? threads : 1))}
 fi
 
 mkdir -p "$LOG_DIR"
