@@ -10,7 +10,7 @@
 #                 slurm: submit each command as one job with `sbatch --wrap`
 #   JOBS          local parallel workers (default 1); they share the cores: unless OMP_NUM_THREADS is
 #                 set, each run's torch gets cores / (JOBS x NPROC) threads (OMP_NUM_THREADS), as runs
-#                 that each take every core slow each other down (about 3x for two runs on 2 cores)
+#                 that each take every core slow each other down
 #   SBATCH_ARGS   extra sbatch arguments for LAUNCHER=slurm, e.g. "--gres=gpu:1 --time=24:00:00"
 #   LOG_DIR       where each command's output goes (default sweep_logs/<date-time>)
 #   NPROC         run each command ("PYTHON SCRIPT FLAGS") as NPROC processes of one run with torchrun
