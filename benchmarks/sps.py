@@ -3,6 +3,7 @@
     python benchmarks/sps.py                      # all six scripts, 8 envs x 128 steps
     python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 64 --total-timesteps 655360 --cuda
     python benchmarks/sps.py --nproc 2            # also: one run as 2 torchrun processes against 1
+    python benchmarks/sps.py --jobs 2             # also: 2 concurrent runs with and without the thread split
 
 The Atari scripts run Breakout-v5, ppo_procgen.py BigfishEasy-v0 and ppo_isaacgym.py
 EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
@@ -18,6 +19,9 @@ Prints, measured on this machine in this one invocation:
 With --nproc K, a second table: for each script that runs under torchrun, the SPS of one
 process stepping all N envs against K processes of one run stepping N / K each (with
 cores / K torch threads each, so that they do not fight over the cores), alternated.
+With --jobs J, a third table: J runs of each script at the same time, first each with
+torch's default threads (every core), then with cores / J threads each (OMP_NUM_THREADS, as
+sweeps/launch.sh sets for JOBS=J), and the per-run SPS of both.
 Every script runs the same batch shape (ppo_rnd_atari.py with a one-iteration
 observation-normalisation warm-up, which is not timed).
 Training SPS is the script's own charts/SPS at the end of the run (env steps per second
@@ -79,6 +83,8 @@ class Args:
     """train on the GPU (pass --cuda on a GPU machine)"""
     nproc: int = 1
     """above 1: also compare one process with this many torchrun processes of one run"""
+    jobs: int = 1
+    """above 1: also run this many training runs at once, without and with the thread split"""
 
 
 def task_of(args: Args, script: str) -> str:
@@ -159,17 +165,20 @@ def metrics_seconds(script: str, frames: np.ndarray, num_actions: int, batch_siz
     return statistics.median(timings[1:])  # the first call warms up
 
 
-def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1) -> float:
+def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1, threads: int = 0) -> float:
+    """charts/SPS at the end of one training run; `threads` > 0 sets OMP_NUM_THREADS (torchrun: cores / nproc)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
     torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
-    threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))} if nproc > 1 else {}
+    threads = threads or (max(1, (os.cpu_count() or 1) // nproc) if nproc > 1 else 0)
+    environment = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     with tempfile.TemporaryDirectory() as runs_dir:
         command = [sys.executable, *torchrun, os.path.join(ROOT, script), "--env-id", task_of(args, script), *EXTRA_FLAGS.get(script, []),
                    "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
                    "--total-timesteps", str(args.total_timesteps), "--metrics-interval", str(metrics_interval),
                    "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda"]  # fmt: skip
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env={**os.environ, **threads})
+        threads_env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env={**environment, **threads_env})
         event_file = glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0]
         accumulator = EventAccumulator(event_file)
         accumulator.Reload()
@@ -181,6 +190,9 @@ def main() -> None:
     unknown = sorted(set(args.scripts) - set(ALL_SCRIPTS))
     if unknown:
         print(f"error: --scripts: unknown {', '.join(unknown)} (choose from {', '.join(ALL_SCRIPTS)})", file=sys.stderr)
+        sys.exit(2)
+    if args.jobs < 1:
+        print(f"error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
         sys.exit(2)
     if args.nproc < 1 or args.num_envs % args.nproc:
         print(f"error: --nproc {args.nproc} does not split --num-envs {args.num_envs} evenly", file=sys.stderr)
@@ -214,8 +226,34 @@ def main() -> None:
         ))  # fmt: skip
     print_table(("", "SPS metrics off", f"SPS metrics every {args.metrics_interval}", "off / raw of the task",
                  "cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)"), rows)  # fmt: skip
-    if args.nproc == 1:
-        return
+    if args.nproc > 1:
+        compare_torchrun(args)
+    if args.jobs > 1:
+        compare_thread_split(args)
+
+
+def compare_thread_split(args: Args) -> None:
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    split = max(1, (os.cpu_count() or 1) // args.jobs)
+    rows = []
+    for script in args.scripts:
+        per_run = {}
+        for threads in (0, split):  # 0: torch's default, every core
+            with ThreadPoolExecutor(args.jobs) as pool:
+                runs = [pool.submit(training_sps, args, script, args.metrics_interval, 1, threads) for _ in range(args.jobs)]
+                per_run[threads] = [run.result() for run in runs]
+        default, divided = statistics.mean(per_run[0]), statistics.mean(per_run[split])
+        rows.append((f"{script} ({task_of(args, script)})", f"{default:,.0f}", f"{divided:,.0f}", f"{divided / default:.2f}",
+                     f"default {', '.join(f'{x:.0f}' for x in per_run[0])}; split {', '.join(f'{x:.0f}' for x in per_run[split])}"))  # fmt: skip
+    print(
+        f"\n{args.jobs} runs at once, metrics every {args.metrics_interval}: per-run SPS with torch's default threads "
+        f"against {split} thread(s) each (OMP_NUM_THREADS, as sweeps/launch.sh sets for JOBS={args.jobs})"
+    )
+    print_table(("", "SPS per run, default threads", "SPS per run, split", "ratio", "runs (SPS)"), rows)
+
+
+def compare_torchrun(args: Args) -> None:
     rows = []
     for script in [script for script in args.scripts if script in TORCHRUN_SCRIPTS]:
         one, many = [], []

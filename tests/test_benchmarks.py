@@ -26,14 +26,18 @@ def test_random_policy_on_mujoco():
     assert episodes == 8 and mean_length > 1 and -50 < mean_return < 100  # a random Hopper falls over at once
 
 
-def test_sps_benchmark_compares_one_process_with_two_torchrun_processes():
+def test_sps_benchmark_compares_torchrun_processes_and_the_thread_split():
     result = run_script("benchmarks/sps.py", "--scripts", "ppo_atari_envpool.py", "--num-envs", "2", "--num-steps", "16",
                         "--total-timesteps", "64", "--metrics-interval", "2", "--metrics-batch", "16", "--repeats", "1",
-                        "--raw-steps", "20", "--nproc", "2", env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+                        "--raw-steps", "20", "--nproc", "2", "--jobs", "2", env={"OMP_NUM_THREADS": "1"})  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert any(line.startswith("EnvPool raw step rate, Breakout-v5") for line in lines)
     table = lines[lines.index(next(line for line in lines if line.startswith("one run, metrics every 2"))) + 1 :]
     assert table[0].split()[:4] == ["SPS", "1", "process", "SPS"]
     row = table[1].split()
+    assert row[0] == "ppo_atari_envpool.py" and float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
+    jobs = lines[lines.index(next(line for line in lines if line.startswith("2 runs at once, metrics every 2"))) + 1 :]
+    assert jobs[0].split()[:4] == ["SPS", "per", "run,", "default"]
+    row = jobs[1].split()
     assert row[0] == "ppo_atari_envpool.py" and float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
