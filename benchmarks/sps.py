@@ -1,6 +1,7 @@
 """Throughput of the training scripts next to EnvPool's raw stepping rate, in one run.
 
-    python benchmarks/sps.py                      # all six scripts, 8 envs x 128 steps
+    python benchmarks/sps.py                      # all six scripts, 8 envs x 128 steps, 50 iterations
+    python benchmarks/sps.py --candidates "--compile" "--compile --cudagraphs" --cuda   # more settings to compare
     python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 64 --total-timesteps 655360 --cuda
     python benchmarks/sps.py --nproc 2            # also: one run as 2 torchrun processes against 1
     python benchmarks/sps.py --jobs 2             # also: 2 concurrent runs with and without the thread split
@@ -9,13 +10,16 @@ The Atari scripts run Breakout-v5, ppo_procgen.py BigfishEasy-v0 and ppo_isaacgy
 EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
 Prints, measured on this machine in this one invocation:
   1. EnvPool's raw rate of each task for the same num_envs with random actions (no learning);
-  2. for each script, the training SPS with metrics off (--metrics-interval 0) and with
-     metrics at the default interval, alternated `--repeats` times (median of each);
-  3. the ratios: training / raw, and the throughput cost of the metrics (target < 5 %),
-     twice: end to end (SPS on / off, which run-to-run noise of a few percent blurs on a
-     busy CPU) and by direct timing (the seconds one metrics computation takes on the
-     metrics batch, measured in this process on real frames, divided by the seconds of
-     `metrics-interval` training iterations at the metrics-off SPS).
+  2. for each script, the training SPS of the eager path as CleanRL runs it (`--no-compile
+     --no-channels-last`: NCHW pixels, nothing compiled), of the script's defaults, and of each
+     `--candidates` flag set, all with metrics at the default interval, and of the defaults with
+     metrics off (--metrics-interval 0); the settings alternate `--repeats` times (median of each);
+  3. the ratios: defaults / eager path (compile time counted: it happens inside the training
+     loop), defaults / raw, and the throughput cost of the metrics (target < 5 %), twice: end to
+     end (SPS on / off, which run-to-run noise of a few percent blurs on a busy CPU) and by
+     direct timing (the seconds one metrics computation takes on the metrics batch, measured in
+     this process on real frames, divided by the seconds of `metrics-interval` training
+     iterations at the metrics-off SPS).
 With --nproc K, a second table: for each script that runs under torchrun, the SPS of one
 process stepping all N envs against K processes of one run stepping N / K each (with
 cores / K torch threads each, so that they do not fight over the cores), alternated.
@@ -50,6 +54,9 @@ sys.path.insert(0, ROOT)
 
 # Flags a script needs beyond the shared ones for a short benchmark run.
 EXTRA_FLAGS = {"ppo_rnd_atari.py": ["--num-iterations-obs-norm-init", "1"], "ppo_isaacgym.py": ["--backend", "envpool"]}
+# The eager path as CleanRL runs it (the MLP of ppo_isaacgym.py has no pixels to lay out).
+EAGER_FLAGS = {"ppo_isaacgym.py": ["--no-compile", "--no-fused-adam"]}
+CLEANRL_EAGER = ["--no-compile", "--no-channels-last", "--no-fused-adam"]
 TORCHRUN_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "ppo_procgen.py", "ppo_isaacgym.py")
 ALL_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "pqn_atari.py", "ppo_rnd_atari.py", "ppo_procgen.py",
                "ppo_isaacgym.py")  # fmt: skip
@@ -69,14 +76,16 @@ class Args:
     """parallel environments (as --num-envs)"""
     num_steps: int = 128
     """rollout length (as --num-steps)"""
-    total_timesteps: int = 10 * 1024
-    """steps per training run: metrics-interval iterations, so metrics fire exactly once (the last)"""
+    total_timesteps: int = 50 * 1024
+    """steps per training run (50 iterations of 8 x 128: long enough to count compile time fairly)"""
     metrics_interval: int = 10
     """the interval measured against metrics off (the script's default is 10)"""
     metrics_batch: int = 2048
     """states in the metrics batch (the scripts' --metrics-batch default)"""
-    repeats: int = 2
-    """training runs per setting, alternated off/on; the median is reported"""
+    repeats: int = 1
+    """training runs per setting, the settings alternated; the median is reported"""
+    candidates: tuple[str, ...] = ()
+    """further flag sets to time next to the defaults, each one string (e.g. "--compile" "--compile --cudagraphs")"""
     raw_steps: int = 2000
     """batched env.step calls for the raw EnvPool rate"""
     cuda: bool = False
@@ -165,7 +174,7 @@ def metrics_seconds(script: str, frames: np.ndarray, num_actions: int, batch_siz
     return statistics.median(timings[1:])  # the first call warms up
 
 
-def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1, threads: int = 0) -> float:
+def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1, threads: int = 0, flags=()) -> float:
     """charts/SPS at the end of one training run; `threads` > 0 sets OMP_NUM_THREADS (torchrun: cores / nproc)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
@@ -176,7 +185,7 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
         command = [sys.executable, *torchrun, os.path.join(ROOT, script), "--env-id", task_of(args, script), *EXTRA_FLAGS.get(script, []),
                    "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
                    "--total-timesteps", str(args.total_timesteps), "--metrics-interval", str(metrics_interval),
-                   "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda"]  # fmt: skip
+                   "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda", *flags]  # fmt: skip
         threads_env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env={**environment, **threads_env})
         event_file = glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0]
@@ -204,28 +213,41 @@ def main() -> None:
     for env_id in dict.fromkeys(task_of(args, script) for script in args.scripts):
         raw[env_id] = raw_envpool_sps(env_id, args.num_envs, args.raw_steps)
         observations[env_id] = real_observations(env_id, args.num_envs, min(args.metrics_batch, batch_size))
-        rows.append((f"EnvPool raw step rate, {env_id} (random actions)", f"{raw[env_id]:,.0f}", "", "", "", "", ""))
+        blank = ("",) * (7 + len(args.candidates))
+        rows.append((f"EnvPool raw rate, {env_id} (random actions)", f"{raw[env_id]:,.0f}", *blank))
     for script in args.scripts:
         env_id = task_of(args, script)
         frames, num_actions = observations[env_id]
-        off, on = [], []
+        # setting -> (flags, metrics interval); "defaults, metrics off" gives the end-to-end cost of the metrics
+        settings = {
+            "eager": (EAGER_FLAGS.get(script, CLEANRL_EAGER), args.metrics_interval),
+            "defaults": ((), args.metrics_interval),
+        }
+        settings |= {candidate: (candidate.split(), args.metrics_interval) for candidate in args.candidates}
+        settings["off"] = ((), 0)
+        runs = {name: [] for name in settings}
         for _ in range(args.repeats):
-            off.append(training_sps(args, script, 0))
-            on.append(training_sps(args, script, args.metrics_interval))
-        sps_off, sps_on = statistics.median(off), statistics.median(on)
+            for name, (flags, interval) in settings.items():
+                runs[name].append(training_sps(args, script, interval, flags=flags))
+        sps = {name: statistics.median(values) for name, values in runs.items()}
         seconds = metrics_seconds(script, frames, num_actions, batch_size)
-        interval_seconds = args.metrics_interval * batch_size / sps_off
+        interval_seconds = args.metrics_interval * batch_size / sps["off"]
         rows.append((
             f"{script} ({env_id})",
-            f"{sps_off:,.0f}",
-            f"{sps_on:,.0f}",
-            f"{sps_off / raw[env_id]:.3f}",
-            f"{100 * (1 - sps_on / sps_off):+.1f} %",
+            f"{sps['eager']:,.0f}",
+            f"{sps['defaults']:,.0f}",
+            *(f"{sps[candidate]:,.0f}" for candidate in args.candidates),
+            f"{sps['defaults'] / sps['eager']:.2f}",
+            f"{sps['defaults'] / raw[env_id]:.3f}",
+            f"{sps['off']:,.0f}",
+            f"{100 * (1 - sps['defaults'] / sps['off']):+.1f} %",
             f"{seconds:.3f} s / {interval_seconds:.1f} s = {100 * seconds / interval_seconds:.1f} %",
-            f"off {', '.join(f'{x:.0f}' for x in off)}; on {', '.join(f'{x:.0f}' for x in on)}",
+            "; ".join(f"{name} {', '.join(f'{x:.0f}' for x in values)}" for name, values in runs.items()),
         ))  # fmt: skip
-    print_table(("", "SPS metrics off", f"SPS metrics every {args.metrics_interval}", "off / raw of the task",
-                 "cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)"), rows)  # fmt: skip
+    print(f"SPS with metrics every {args.metrics_interval} unless said; eager = CleanRL's path ({' '.join(CLEANRL_EAGER)})")
+    print_table(("", "SPS eager", "SPS defaults", *(f"SPS {candidate}" for candidate in args.candidates), "defaults / eager",
+                 "defaults / raw", "SPS metrics off", "metrics cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)"),
+                rows)  # fmt: skip
     if args.nproc > 1:
         compare_torchrun(args)
     if args.jobs > 1:

@@ -9,8 +9,9 @@
 #                 print: only print the commands (a dry run; nothing is checked or started)
 #                 slurm: submit each command as one job with `sbatch --wrap`
 #   JOBS          local parallel workers (default 1); they share the cores: unless OMP_NUM_THREADS is
-#                 set, each run's torch gets cores / (JOBS x NPROC) threads (OMP_NUM_THREADS), as runs
-#                 that each take every core slow each other down
+#                 set, each run's torch gets cores / (JOBS x NPROC) threads (OMP_NUM_THREADS, and
+#                 --torch-threads for the project's scripts), as runs that each take every core slow
+#                 each other down
 #   SBATCH_ARGS   extra sbatch arguments for LAUNCHER=slurm, e.g. "--gres=gpu:1 --time=24:00:00"
 #   LOG_DIR       where each command's output goes (default sweep_logs/<date-time>)
 #   NPROC         run each command ("PYTHON SCRIPT FLAGS") as NPROC processes of one run with torchrun
@@ -139,6 +140,9 @@ for line in "${commands[@]}"; do
         continue
     fi
     [[ $command == *" --resume "* && $line != *" --resume "* ]] && resumed=$((resumed + 1))
+    if [[ $LAUNCHER == local && $command =~ (ppo_[a-z_]+|pqn_atari)\.py && $command != *--torch-threads* ]]; then
+        command+=" --torch-threads $OMP_NUM_THREADS"
+    fi
     started=$((started + 1))
     if [[ $LAUNCHER == slurm ]]; then
         # shellcheck disable=SC2086 - SBATCH_ARGS is a list of arguments

@@ -54,11 +54,12 @@ def test_local_jobs_split_the_cores_between_them(tmp_path):
     cores = int(subprocess.run(["getconf", "_NPROCESSORS_ONLN"], capture_output=True, text=True, check=True).stdout)
     environment = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
     commands_file = tmp_path / "commands.txt"
-    commands_file.write_text("echo threads $OMP_NUM_THREADS\n")
+    commands_file.write_text("echo threads $OMP_NUM_THREADS\necho pqn_atari.py --seed 1\n")  # a script gets the flag too
     for jobs, expected in (("1", cores), ("2", max(1, cores // 2)), ("64", 1)):
         env = {**environment, "LOG_DIR": str(tmp_path / jobs), "JOBS": jobs}
         subprocess.run(["bash", LAUNCH, str(commands_file)], env=env, cwd=tmp_path, check=True, capture_output=True)
         assert f"threads {expected}" in (tmp_path / jobs / "1.log").read_text()
+        assert f"pqn_atari.py --seed 1 --torch-threads {expected}\n" in (tmp_path / jobs / "2.log").read_text()
     env = {**environment, "LOG_DIR": str(tmp_path / "set"), "JOBS": "2", "OMP_NUM_THREADS": "7"}  # the user's choice wins
     subprocess.run(["bash", LAUNCH, str(commands_file)], env=env, cwd=tmp_path, check=True, capture_output=True)
     assert "threads 7" in (tmp_path / "set" / "1.log").read_text()
