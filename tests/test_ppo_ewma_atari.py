@@ -112,6 +112,22 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     assert set(checkpoint["proximal"]) == set(checkpoint["model"])
 
 
+def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(tmp_path, tiny_ppo_flags):
+    """--compile (torch.compile of acting and of the update, the proximal forward pass included) and --no-channels-last
+    (CleanRL's layout, also for the proximal network) change how the same maths runs, not what is learned: on a fixed
+    seed the losses agree up to float rounding."""
+    flags = [*tiny_ppo_flags, "--total-timesteps", "128", "--torch-threads", "1"]  # 4 iterations
+    logged = {}
+    for name, extra in (("default", []), ("compiled", ["--compile"]), ("nchw", ["--no-channels-last"])):
+        result = run_script(SCRIPT, *flags, *extra, "--runs-dir", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr
+        logged[name] = read_scalars(only_run_dir(tmp_path / name))
+    for name in ("compiled", "nchw"):
+        for tag in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"):
+            expected = [value for _, value in logged["default"][tag]]
+            assert [value for _, value in logged[name][tag]] == pytest.approx(expected, rel=1e-3, abs=1e-6), (name, tag)
+
+
 def test_sigterm_and_resume_keep_the_proximal_policy(tmp_path, tiny_ppo_flags):
     flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
     flags[flags.index("--total-timesteps") + 1] = "1280"
@@ -141,6 +157,9 @@ def test_sigterm_and_resume_keep_the_proximal_policy(tmp_path, tiny_ppo_flags):
         (["--importance-weight-cap", "0"], "--importance-weight-cap must be > 0, got 0"),
         (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
         (["--resume", "/no/such.pt"], "no such checkpoint file"),
+        (["--torch-threads", "0"], "--torch-threads must be > 0, got 0"),
+        (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
+        (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
