@@ -64,6 +64,17 @@ class Args:
     """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
     resume: str | None = None
     """path of a checkpoint.pt to continue from (its run's flags are used)"""
+    # Speed (none of these changes what is learned, up to float rounding)
+    torch_threads: int | None = None
+    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    channels_last: bool = True
+    """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
+    fused_adam: bool = True
+    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    compile: bool = False
+    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
+    cudagraphs: bool = False
+    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
     # Environment
     env_id: str = "MontezumaRevenge-v5"
     """EnvPool Atari task id"""
@@ -164,8 +175,9 @@ def nature_cnn() -> nn.Sequential:
 class Agent(nn.Module):
     """Nature-CNN policy with an extrinsic and an intrinsic value head."""
 
-    def __init__(self, num_actions: int, separate_networks: bool):
+    def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True):
         super().__init__()
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.actor_encoder = nature_cnn()
         self.critic_encoder = nature_cnn() if separate_networks else None
         self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
@@ -173,8 +185,8 @@ class Agent(nn.Module):
         self.critic_int = layer_init(nn.Linear(512, 1), std=1)
 
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Penultimate features (actor, critic); uint8 pixels are scaled here."""
-        x = obs.float() / 255.0
+        """Penultimate features (actor, critic); uint8 pixels are scaled here, after the (4x smaller) layout change."""
+        x = obs.contiguous(memory_format=self.memory_format).float() / 255.0
         actor_features = self.actor_encoder(x)
         return actor_features, actor_features if self.critic_encoder is None else self.critic_encoder(x)
 
@@ -286,7 +298,7 @@ def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> 
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
-    return 1.0 - previous_done.float()
+    return 1.0 - previous_done
 
 
 def normalise_frames(frames: torch.Tensor, obs_rms: RunningMeanStd) -> torch.Tensor:
@@ -380,6 +392,20 @@ def ppo_rnd_loss(new_logprob, new_ext_value, new_int_value, entropy, prediction_
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
+def minibatch_backward(agent: Agent, rnd: RNDModel, obs_rms: RunningMeanStd, minibatch: dict[str, torch.Tensor],
+                       args: Args) -> dict[str, torch.Tensor]:  # fmt: skip
+    """Forward passes (policy/value network, RND on the normalised next frames), loss and backward pass of one
+    minibatch (one compiled graph with --compile); the loss statistics."""
+    _, new_logprob, entropy, new_ext_value, new_int_value, _ = agent.get_action_and_value(
+        minibatch["obs"], minibatch["actions"])  # fmt: skip
+    prediction_error = rnd(normalise_frames(minibatch["next_frames"], obs_rms))
+    loss, stats = ppo_rnd_loss(new_logprob, new_ext_value, new_int_value, entropy, prediction_error, minibatch,
+                               clip_coef=args.clip_coef, clip_vloss=args.clip_vloss, ent_coef=args.ent_coef,
+                               vf_coef=args.vf_coef, norm_adv=args.norm_adv)  # fmt: skip
+    loss.backward()
+    return stats
+
+
 def main() -> None:
     args, checkpoint = parse_args()
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
@@ -391,11 +417,14 @@ def main() -> None:
                         max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True,
                         repeat_action_probability=args.repeat_action_probability)  # fmt: skip
     num_actions = envs.action_space.n
-    agent = Agent(num_actions, args.separate_networks).to(device)
-    rnd = RNDModel().to(device)
+    agent = Agent(num_actions, args.separate_networks, args.channels_last).to(device)
+    rnd = RNDModel().to(device)  # one-channel frames: NCHW and NHWC are the same memory
     obs_rms, int_return_rms = RunningMeanStd(FRAME_SHAPE).to(device), RunningMeanStd().to(device)
     trained_parameters = [*agent.parameters(), *rnd.predictor.parameters()]
-    optimizer = torch.optim.Adam(trained_parameters, lr=args.scaled_learning_rate, eps=args.adam_eps)
+    optimizer = torch.optim.Adam(trained_parameters, lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
+    act, backward = agent.get_action_and_value, minibatch_backward
+    if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
+        act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
     modules = {"model": agent, "rnd": rnd, "optimizer": optimizer, "obs_rms": obs_rms, "int_return_rms": int_return_rms}
     global_step = restore_checkpoint(checkpoint, **modules) if checkpoint else 0
     # The forward filter's discounted intrinsic returns (non-episodic: they carry over rollouts and resumes).
@@ -415,9 +444,11 @@ def main() -> None:
     }
     for name in ("logprobs", "ext_values", "int_values", "rewards", "rnd_errors", "terminations", "truncations", "valid"):
         rollout[name] = torch.zeros(size, device=device)
+    # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
+    host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
 
-    next_obs = torch.as_tensor(envs.reset()[0], device=device)
-    next_done = torch.zeros(args.num_envs, device=device)
+    next_obs = torch.tensor(envs.reset()[0], device=device)
+    next_done = np.zeros(args.num_envs, dtype=np.float32)
     # Full-game statistics: EnvPool's episodic_life ends an "episode" per life, but the score
     # that matters is the whole game (info["terminated"] marks the real game over).
     game_return = np.zeros(args.num_envs)
@@ -433,9 +464,9 @@ def main() -> None:
               flush=True)  # fmt: skip
     while warmup_steps < warmup_total and not stop_signal:
         next_obs_np, _, terminations, truncations, info = envs.step(torch.randint(num_actions, (args.num_envs,)).numpy())
-        next_obs = torch.as_tensor(next_obs_np, device=device)
-        obs_rms.update(next_obs[next_done == 0, -1:])
-        next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
+        next_obs.copy_(torch.from_numpy(next_obs_np))
+        obs_rms.update(next_obs[torch.from_numpy(next_done == 0), -1:])
+        next_done = np.maximum(terminations, truncations).astype(np.float32)
         game_return += info["reward"]  # the games go on into training: keep their returns right
         game_return[info["terminated"].astype(bool) | truncations] = 0.0
         warmup_steps += 1
@@ -451,21 +482,19 @@ def main() -> None:
                 break
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
-            rollout["valid"][step] = reset_step_mask(next_done)
+            host["valid"][step] = reset_step_mask(next_done)
             with torch.inference_mode():
-                action, logprob, _, ext_value, int_value, logits = agent.get_action_and_value(next_obs)
+                action, logprob, _, ext_value, int_value, logits = act(next_obs)
             rollout["actions"][step], rollout["logprobs"][step], rollout["logits"][step] = action, logprob, logits
             rollout["ext_values"][step], rollout["int_values"][step] = ext_value, int_value
 
-            next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
-            next_obs = torch.as_tensor(next_obs_np, device=device)
+            next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())  # the step's one sync
+            next_obs.copy_(torch.from_numpy(next_obs_np))
             rollout["next_frames"][step] = next_obs[:, -1:]
             with torch.inference_mode():
                 rollout["rnd_errors"][step] = rnd(normalise_frames(next_obs[:, -1:], obs_rms))
-            rollout["rewards"][step] = torch.as_tensor(reward, device=device)
-            rollout["terminations"][step] = torch.as_tensor(terminations, device=device)
-            rollout["truncations"][step] = torch.as_tensor(truncations, device=device)
-            next_done = torch.maximum(rollout["terminations"][step], rollout["truncations"][step])
+            host["rewards"][step], host["terminations"][step], host["truncations"][step] = reward, terminations, truncations
+            next_done = np.maximum(terminations, truncations).astype(np.float32)
 
             game_return += info["reward"]  # unclipped reward; 0 on reset steps
             game_over = info["terminated"].astype(bool) | truncations
@@ -477,6 +506,8 @@ def main() -> None:
         if stop_signal:
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
+        for name, values in host.items():
+            rollout[name].copy_(torch.from_numpy(values))
 
         # Intrinsic reward: prediction error / running std of the discounted intrinsic return.
         real = rollout["valid"].bool()
@@ -504,15 +535,10 @@ def main() -> None:
             permutation = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 minibatch = {name: values[permutation[start : start + args.minibatch_size]] for name, values in batch.items()}
-                _, new_logprob, entropy, new_ext_value, new_int_value, _ = agent.get_action_and_value(
-                    minibatch["obs"], minibatch["actions"])  # fmt: skip
-                prediction_error = rnd(normalise_frames(minibatch["next_frames"], obs_rms))
                 minibatch["rnd_mask"] = (torch.rand(args.minibatch_size, device=device) < args.update_proportion).float()
-                loss, stats = ppo_rnd_loss(new_logprob, new_ext_value, new_int_value, entropy, prediction_error, minibatch,
-                                           clip_coef=args.clip_coef, clip_vloss=args.clip_vloss, ent_coef=args.ent_coef,
-                                           vf_coef=args.vf_coef, norm_adv=args.norm_adv)  # fmt: skip
                 optimizer.zero_grad()
-                loss.backward()
+                # .clone(): a CUDA graph overwrites its outputs at its next replay
+                stats = {name: value.clone() for name, value in backward(agent, rnd, obs_rms, minibatch, args).items()}
                 if measure:  # of the policy/value network alone, as in ppo_atari_envpool.py
                     gradients = [p.grad for p in agent.parameters() if p.grad is not None]
                     if gradient_kurtosis is None:
@@ -569,7 +595,8 @@ def parse_args() -> tuple[Args, dict | None]:
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn: on --resume only these come from the command line.
-    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval")
+    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval",
+               "torch_threads", "channels_last", "fused_adam", "compile", "cudagraphs")  # fmt: skip
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             fail(f"--resume {args.resume!r}: no such checkpoint file")
@@ -602,6 +629,8 @@ def validate_and_derive(args: Args) -> Args:
     checks += [
         (0 < args.update_proportion <= 1, f"--update-proportion must be in (0, 1], got {args.update_proportion}"),
         (args.target_kl is None or args.target_kl > 0, f"--target-kl must be > 0, got {args.target_kl}"),
+        (args.torch_threads is None or args.torch_threads > 0, f"--torch-threads must be > 0, got {args.torch_threads}"),
+        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. MontezumaRevenge-v5, Venture-v5, Breakout-v5)"),
         (args.minibatch_size is None or args.minibatch_size > 0, f"--minibatch-size must be > 0, got {args.minibatch_size}"),
@@ -635,6 +664,8 @@ def start_run(args: Args, checkpoint: dict | None):
         with open(os.path.join(run_dir, "args.json"), "w") as f:
             json.dump(asdict(args), f, indent=2)
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, masks, samples
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
