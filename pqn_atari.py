@@ -60,6 +60,17 @@ class Args:
     """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
     resume: str | None = None
     """path of a checkpoint.pt to continue from (its run's flags are used)"""
+    # Speed (none of these changes what is learned, up to float rounding)
+    torch_threads: int | None = None
+    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    channels_last: bool = True
+    """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
+    fused_adam: bool = True
+    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    compile: bool = False
+    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
+    cudagraphs: bool = False
+    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
     # Environment
     env_id: str = "Breakout-v5"
     """EnvPool Atari task id"""
@@ -136,14 +147,15 @@ def nature_cnn_layernorm() -> nn.Sequential:
 
 
 class QNetwork(nn.Module):
-    def __init__(self, num_actions: int):
+    def __init__(self, num_actions: int, channels_last: bool = True):
         super().__init__()
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.encoder = nature_cnn_layernorm()
         self.head = layer_init(nn.Linear(512, num_actions), std=1.0)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here."""
-        return self.encoder(obs.float() / 255.0)
+        """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here, after the (4x smaller) layout change."""
+        return self.encoder(obs.contiguous(memory_format=self.memory_format).float() / 255.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(s, .) for every action: (B, num_actions)."""
@@ -182,7 +194,7 @@ def embed(q_network: QNetwork, obs: torch.Tensor, iteration: int, global_step: i
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
-    return 1.0 - previous_done.float()
+    return 1.0 - previous_done
 
 
 def epsilon_schedule(step: int, start_e: float, end_e: float, exploration_steps: float) -> float:
@@ -230,6 +242,14 @@ def td_loss(q_taken: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) ->
     return loss, {"td_loss": loss.detach(), "q_values": masked_mean(q_taken.detach(), mask)}
 
 
+def minibatch_backward(q_network: QNetwork, minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Forward pass, TD loss and backward pass of one minibatch (one compiled graph with --compile); the loss statistics."""
+    q_taken = q_network(minibatch["obs"]).gather(1, minibatch["actions"][:, None]).squeeze(1)
+    loss, stats = td_loss(q_taken, minibatch["targets"], minibatch["valid"])
+    loss.backward()
+    return stats
+
+
 def main() -> None:
     args, checkpoint = parse_args()
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
@@ -239,8 +259,14 @@ def main() -> None:
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
     envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1,
                         max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
-    q_network = QNetwork(envs.action_space.n).to(device)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps)
+    q_network = QNetwork(envs.action_space.n, args.channels_last).to(device)
+    optimizer = torch.optim.Adam(
+        q_network.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam
+    )
+    # Only the forward pass: epsilon_greedy stays eager, as compiled code draws other random numbers than eager torch.
+    act, backward = q_network, minibatch_backward
+    if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
+        act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
     global_step = restore_checkpoint(checkpoint, model=q_network, optimizer=optimizer) if checkpoint else 0
 
     # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
@@ -251,9 +277,11 @@ def main() -> None:
     }
     for name in ("max_q", "rewards", "terminations", "truncations", "valid"):  # max_q: max_a Q(s_t, a) when acting
         rollout[name] = torch.zeros(size, device=device)
+    # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
+    host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
 
-    next_obs = torch.as_tensor(envs.reset()[0], device=device)
-    next_done = torch.zeros(args.num_envs, device=device)
+    next_obs = torch.tensor(envs.reset()[0], device=device)
+    next_done = np.zeros(args.num_envs, dtype=np.float32)
     # Full-game statistics: EnvPool's episodic_life ends an "episode" per life, but the score
     # that matters is the whole game (info["terminated"] marks the real game over).
     game_return = np.zeros(args.num_envs)
@@ -273,18 +301,16 @@ def main() -> None:
             epsilon = epsilon_schedule(global_step, args.start_e, args.end_e, exploration_steps)
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
-            rollout["valid"][step] = reset_step_mask(next_done)
+            host["valid"][step] = reset_step_mask(next_done)
             with torch.inference_mode():
-                q_values = q_network(next_obs)
+                q_values = act(next_obs)
                 action = epsilon_greedy(q_values, epsilon)
             rollout["actions"][step], rollout["max_q"][step] = action, q_values.max(dim=-1).values
 
-            next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
-            next_obs = torch.as_tensor(next_obs_np, device=device)
-            rollout["rewards"][step] = torch.as_tensor(reward, device=device)
-            rollout["terminations"][step] = torch.as_tensor(terminations, device=device)
-            rollout["truncations"][step] = torch.as_tensor(truncations, device=device)
-            next_done = torch.maximum(rollout["terminations"][step], rollout["truncations"][step])
+            next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())  # the step's one sync
+            next_obs.copy_(torch.from_numpy(next_obs_np))
+            host["rewards"][step], host["terminations"][step], host["truncations"][step] = reward, terminations, truncations
+            next_done = np.maximum(terminations, truncations).astype(np.float32)
 
             game_return += info["reward"]  # unclipped reward; 0 on reset steps
             game_over = info["terminated"].astype(bool) | truncations
@@ -296,6 +322,8 @@ def main() -> None:
         if stop_signal:
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
+        for name, values in host.items():
+            rollout[name].copy_(torch.from_numpy(values))
 
         # Targets once per iteration, from the network that collected the rollout.
         with torch.no_grad():
@@ -311,10 +339,9 @@ def main() -> None:
             permutation = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 minibatch = {name: values[permutation[start : start + args.minibatch_size]] for name, values in batch.items()}
-                q_taken = q_network(minibatch["obs"]).gather(1, minibatch["actions"][:, None]).squeeze(1)
-                loss, stats = td_loss(q_taken, minibatch["targets"], minibatch["valid"])
                 optimizer.zero_grad()
-                loss.backward()
+                # .clone(): a CUDA graph overwrites its outputs at its next replay
+                stats = {name: value.clone() for name, value in backward(q_network, minibatch).items()}
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in q_network.parameters() if p.grad is not None)
                 grad_norms.append(nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm))
@@ -364,7 +391,8 @@ def parse_args() -> tuple[Args, dict | None]:
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn: on --resume only these come from the command line.
-    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval")
+    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval",
+               "torch_threads", "channels_last", "fused_adam", "compile", "cudagraphs")  # fmt: skip
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             fail(f"--resume {args.resume!r}: no such checkpoint file")
@@ -400,6 +428,8 @@ def validate_and_derive(args: Args) -> Args:
         for name in names
     ]
     checks += [
+        (args.torch_threads is None or args.torch_threads > 0, f"--torch-threads must be > 0, got {args.torch_threads}"),
+        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
         (args.minibatch_size is None or args.minibatch_size > 0, f"--minibatch-size must be > 0, got {args.minibatch_size}"),
@@ -433,6 +463,8 @@ def start_run(args: Args, checkpoint: dict | None):
         with open(os.path.join(run_dir, "args.json"), "w") as f:
             json.dump(asdict(args), f, indent=2)
     torch.manual_seed(args.seed)  # torch draws every random number of training: exploration, minibatches, samples
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")

@@ -182,6 +182,21 @@ def test_seeded_runs_are_reproducible(tmp_path, tiny_ppo_flags):
         assert logged[0][tag] == logged[1][tag], tag
 
 
+def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(tmp_path, tiny_ppo_flags):
+    """--compile (torch.compile of the acting forward pass and of the update) and --no-channels-last (CleanRL's layout)
+    change how the same maths runs, not what is learned: on a fixed seed the losses agree up to float rounding."""
+    flags = [*tiny_ppo_flags, "--total-timesteps", "128", "--torch-threads", "1"]  # 4 iterations
+    logged = {}
+    for name, extra in (("default", []), ("compiled", ["--compile"]), ("nchw", ["--no-channels-last"])):
+        result = run_script(SCRIPT, *flags, *extra, "--runs-dir", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr
+        logged[name] = read_scalars(only_run_dir(tmp_path / name))
+    for name in ("compiled", "nchw"):
+        for tag in ("losses/td_loss", "losses/q_values"):
+            expected = [value for _, value in logged["default"][tag]]
+            assert [value for _, value in logged[name][tag]] == pytest.approx(expected, rel=1e-3, abs=1e-6), (name, tag)
+
+
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
     flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
     flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
@@ -225,6 +240,9 @@ BAD_FLAGS = [
     (["--max-episode-steps", "0"], "--max-episode-steps must be > 0"),
     (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
+    (["--torch-threads", "0"], "--torch-threads must be > 0, got 0"),
+    (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
+    (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
 ]
 
 
