@@ -73,6 +73,15 @@ class Args:
     """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
     resume: str | None = None
     """path of a checkpoint.pt to continue from (its run's flags are used)"""
+    # Speed (none of these changes what is learned, up to float rounding)
+    torch_threads: int | None = None
+    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    fused_adam: bool = True
+    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    compile: bool = False
+    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
+    cudagraphs: bool = False
+    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
     # Environment
     env_id: str = "Ant"
     """task: an Isaac Gym task (Ant, Humanoid, Anymal, ShadowHand, ...) or an EnvPool MuJoCo id (Ant-v5, Hopper-v5, ...)"""
@@ -300,6 +309,15 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
+def minibatch_backward(agent: Agent, minibatch: dict[str, torch.Tensor], args: Args) -> dict[str, torch.Tensor]:
+    """Forward pass, PPO loss and backward pass of one minibatch (one compiled graph with --compile); the loss statistics."""
+    _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
+    loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, clip_coef=args.clip_coef, clip_vloss=args.clip_vloss,
+                           ent_coef=args.ent_coef, vf_coef=args.vf_coef, norm_adv=args.norm_adv)  # fmt: skip
+    loss.backward()
+    return stats
+
+
 class RunningMeanStd(nn.Module):
     """Running mean and (population) variance of a stream of (B, *shape) batches; a module so that its statistics
     follow .to(device) and state_dict(). The count starts at 1e-4 with variance 1 (as OpenAI baselines'
@@ -356,7 +374,10 @@ def main() -> None:
     (obs_dim,), (action_dim,) = envs.observation_space.shape, envs.action_space.shape
     bounds = torch.as_tensor(np.stack([envs.action_space.low, envs.action_space.high]), dtype=torch.float32, device=device)
     agent = Agent(obs_dim, action_dim, args.separate_networks).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
+    act, backward = agent.get_action_and_value, minibatch_backward
+    if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
+        act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
     obs_rms, return_rms = RunningMeanStd((obs_dim,)).to(device), RunningMeanStd().to(device)
     modules = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms}
     global_step = restore_checkpoint(checkpoint, **modules) if checkpoint else 0
@@ -394,7 +415,7 @@ def main() -> None:
             rollout["obs"][step] = next_obs
             rollout["valid"][step] = valid = reset_step_mask(next_done)
             with torch.inference_mode():
-                action, logprob, _, value, mean = agent.get_action_and_value(next_obs)
+                action, logprob, _, value, mean = act(next_obs)
             rollout["actions"][step], rollout["logprobs"][step] = action, logprob
             rollout["values"][step], rollout["means"][step] = value, mean
 
@@ -431,12 +452,9 @@ def main() -> None:
             permutation = torch.randperm(len(batch["obs"]), device=device)
             for start in range(0, len(batch["obs"]), minibatch_size):
                 minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
-                _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
-                loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, clip_coef=args.clip_coef,
-                                       clip_vloss=args.clip_vloss, ent_coef=args.ent_coef, vf_coef=args.vf_coef,
-                                       norm_adv=args.norm_adv)  # fmt: skip
                 optimizer.zero_grad()
-                loss.backward()
+                # .clone(): a CUDA graph overwrites its outputs at its next replay
+                stats = {name: value.clone() for name, value in backward(agent, minibatch, args).items()}
                 all_ranks_sum_gradients(agent.parameters())
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
@@ -491,7 +509,8 @@ def parse_args() -> tuple[Args, dict | None]:
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn: on --resume only these come from the command line.
-    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "save_model", "checkpoint_interval")
+    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "save_model", "checkpoint_interval", "torch_threads",
+               "fused_adam", "compile", "cudagraphs")  # fmt: skip
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             fail(f"--resume {args.resume!r}: no such checkpoint file")
@@ -511,7 +530,7 @@ def validate_and_derive(args: Args) -> Args:
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
     positive = ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches",
                 "minibatch_size", "lr_reference_envs", "metrics_batch", "embeddings_per_iteration", "learning_rate",
-                "adam_eps", "clip_coef", "max_grad_norm", "target_kl", "obs_clip", "reward_clip")  # fmt: skip
+                "adam_eps", "clip_coef", "max_grad_norm", "target_kl", "obs_clip", "reward_clip", "torch_threads")  # fmt: skip
     non_negative = ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau")
     isaacgym = all(importlib.util.find_spec(name) for name in ("isaacgym", "isaacgymenvs"))
     if args.backend == "auto":  # Isaac Gym's task names have no version suffix
@@ -530,6 +549,7 @@ def validate_and_derive(args: Args) -> Args:
     checks += [
         (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
         (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
+        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
         (args.backend == "envpool" or isaacgym,
          "--backend isaacgym: Isaac Gym is not installed (it is not on PyPI): download Isaac Gym Preview 4 from "
          "https://developer.nvidia.com/isaac-gym, `pip install -e isaacgym/python`, then `pip install -e .` in a clone of "
@@ -564,6 +584,8 @@ def start_run(args: Args, checkpoint: dict | None):
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(LOCAL_RANK)
