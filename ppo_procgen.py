@@ -66,6 +66,17 @@ class Args:
     """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
     resume: str | None = None
     """path of a checkpoint.pt to continue from (its run's flags are used)"""
+    # Speed (none of these changes what is learned, up to float rounding)
+    torch_threads: int | None = None
+    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    channels_last: bool = True
+    """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
+    fused_adam: bool = True
+    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    compile: bool = False
+    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
+    cudagraphs: bool = False
+    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
     # Environment
     env_id: str = "BigfishEasy-v0"
     """EnvPool Procgen task id (easy mode: BigfishEasy-v0, StarpilotEasy-v0, ...)"""
@@ -166,17 +177,17 @@ def impala_cnn() -> nn.Sequential:
 
 
 class Agent(nn.Module):
-    def __init__(self, num_actions: int, separate_networks: bool):
+    def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True):
         super().__init__()
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.actor_encoder = impala_cnn()
         self.critic_encoder = impala_cnn() if separate_networks else None
         self.actor = layer_init(nn.Linear(256, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(256, 1), std=1)
 
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Penultimate features (actor, critic); uint8 pixels are scaled here."""
-        # channels_last (with channels_last weights): about 1.5x faster convolutions on the CPU (oneDNN), neutral on the GPU.
-        x = (obs.float() / 255.0).contiguous(memory_format=torch.channels_last)
+        """Penultimate features (actor, critic); uint8 pixels are scaled here, after the (4x smaller) layout change."""
+        x = obs.contiguous(memory_format=self.memory_format).float() / 255.0
         actor_features = self.actor_encoder(x)
         return actor_features, actor_features if self.critic_encoder is None else self.critic_encoder(x)
 
@@ -345,6 +356,15 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
+def minibatch_backward(agent: Agent, minibatch: dict[str, torch.Tensor], args: Args) -> dict[str, torch.Tensor]:
+    """Forward pass, PPO loss and backward pass of one minibatch (one compiled graph with --compile); the loss statistics."""
+    _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
+    loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, clip_coef=args.clip_coef, clip_vloss=args.clip_vloss,
+                           ent_coef=args.ent_coef, vf_coef=args.vf_coef, norm_adv=args.norm_adv)  # fmt: skip
+    loss.backward()
+    return stats
+
+
 def main() -> None:
     args, checkpoint = parse_args()
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
@@ -362,8 +382,11 @@ def main() -> None:
     envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_levels=args.num_levels,
                         start_level=args.start_level)  # fmt: skip
     num_actions = envs.action_space.n
-    agent = Agent(num_actions, args.separate_networks).to(device, memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps)
+    agent = Agent(num_actions, args.separate_networks, args.channels_last).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
+    act, backward = agent.get_action_and_value, minibatch_backward
+    if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
+        act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
     return_rms = RunningMeanStd().to(device)  # of the discounted return, for the reward scaling
     state = {"model": agent, "optimizer": optimizer, "return_rms": return_rms}  # what a checkpoint holds
     global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
@@ -379,8 +402,11 @@ def main() -> None:
     }
     for name in ("logprobs", "values", "rewards", "terminations", "truncations", "valid"):
         rollout[name] = torch.zeros(size, device=device)
+    # EnvPool's episode ends stay on the host until the rollout ends: one copy to the device per rollout, not per step.
+    # The reward scaling's running statistics take the reward, done and valid on the device every step.
+    host = {name: np.zeros(size, dtype=np.float32) for name in ("terminations", "truncations")}
 
-    next_obs = torch.as_tensor(envs.reset()[0], device=device)
+    next_obs = torch.tensor(envs.reset()[0], device=device)
     next_done = torch.zeros(num_envs, device=device)
     discounted_return = torch.zeros(num_envs, device=device)
     episode_return = np.zeros(num_envs)
@@ -404,15 +430,14 @@ def main() -> None:
             rollout["obs"][step] = next_obs
             rollout["valid"][step] = reset_step_mask(next_done)
             with torch.inference_mode():
-                action, logprob, _, value, logits = agent.get_action_and_value(next_obs)
+                action, logprob, _, value, logits = act(next_obs)
             rollout["actions"][step], rollout["logprobs"][step] = action, logprob
             rollout["values"][step], rollout["logits"][step] = value, logits
 
-            next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
-            next_obs = torch.as_tensor(next_obs_np, device=device)
-            rollout["terminations"][step] = torch.as_tensor(terminations, device=device)
-            rollout["truncations"][step] = torch.as_tensor(truncations, device=device)
-            next_done = torch.maximum(rollout["terminations"][step], rollout["truncations"][step])
+            next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())  # the step's one sync
+            next_obs.copy_(torch.from_numpy(next_obs_np))
+            host["terminations"][step], host["truncations"][step] = terminations, truncations
+            next_done = torch.as_tensor(np.maximum(terminations, truncations), dtype=torch.float32, device=device)
             rollout["rewards"][step], discounted_return = scale_rewards(
                 torch.as_tensor(reward, dtype=torch.float32, device=device), rollout["valid"][step], next_done,
                 discounted_return, return_rms, args.gamma, args.reward_clip)  # fmt: skip
@@ -433,6 +458,8 @@ def main() -> None:
                 writer.add_scalar("charts/normalized_return", normalized, step)
             recent_returns.append(float(finished_return))
         finished_episodes.clear()
+        for name, values in host.items():
+            rollout[name].copy_(torch.from_numpy(values))
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs)
@@ -447,12 +474,9 @@ def main() -> None:
             permutation = torch.randperm(len(batch["obs"]), device=device)
             for start in range(0, len(batch["obs"]), minibatch_size):
                 minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
-                _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
-                loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, clip_coef=args.clip_coef,
-                                       clip_vloss=args.clip_vloss, ent_coef=args.ent_coef, vf_coef=args.vf_coef,
-                                       norm_adv=args.norm_adv)  # fmt: skip
                 optimizer.zero_grad()
-                loss.backward()
+                # .clone(): a CUDA graph overwrites its outputs at its next replay
+                stats = {name: value.clone() for name, value in backward(agent, minibatch, args).items()}
                 all_ranks_sum_gradients(agent.parameters())
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
@@ -507,7 +531,8 @@ def parse_args() -> tuple[Args, dict | None]:
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn: on --resume only these come from the command line.
-    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval")
+    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval",
+               "torch_threads", "channels_last", "fused_adam", "compile", "cudagraphs")  # fmt: skip
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             fail(f"--resume {args.resume!r}: no such checkpoint file")
@@ -538,6 +563,8 @@ def validate_and_derive(args: Args) -> Args:
         (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
         (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
         (args.target_kl is None or args.target_kl > 0, f"--target-kl must be > 0, got {args.target_kl}"),
+        (args.torch_threads is None or args.torch_threads > 0, f"--torch-threads must be > 0, got {args.torch_threads}"),
+        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "ProcgenEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Procgen task (e.g. BigfishEasy-v0, StarpilotEasy-v0)"),
         (args.minibatch_size is None or args.minibatch_size > 0, f"--minibatch-size must be > 0, got {args.minibatch_size}"),
@@ -569,6 +596,8 @@ def start_run(args: Args, checkpoint: dict | None):
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(LOCAL_RANK)

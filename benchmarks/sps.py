@@ -11,7 +11,8 @@ EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
 Prints, measured on this machine in this one invocation:
   1. EnvPool's raw rate of each task for the same num_envs with random actions (no learning);
   2. for each script, the training SPS of the eager path as CleanRL runs it (`--no-compile
-     --no-channels-last`: NCHW pixels, nothing compiled), of the script's defaults, and of each
+     --no-channels-last --no-fused-adam`: NCHW pixels, per-tensor-list Adam, nothing compiled;
+     ppo_isaacgym.py has no pixels), of the script's defaults, and of each
      `--candidates` flag set, all with metrics at the default interval, and of the defaults with
      metrics off (--metrics-interval 0); the settings alternate `--repeats` times (median of each);
   3. the ratios: defaults / eager path (compile time counted: it happens inside the training
@@ -24,8 +25,8 @@ With --nproc K, a second table: for each script that runs under torchrun, the SP
 process stepping all N envs against K processes of one run stepping N / K each (with
 cores / K torch threads each, so that they do not fight over the cores), alternated.
 With --jobs J, a third table: J runs of each script at the same time, first each with
-torch's default threads (every core), then with cores / J threads each (OMP_NUM_THREADS, as
-sweeps/launch.sh sets for JOBS=J), and the per-run SPS of both.
+torch's default threads (every core), then with cores / J threads each (OMP_NUM_THREADS and
+--torch-threads, as sweeps/launch.sh sets for JOBS=J), and the per-run SPS of both.
 Every script runs the same batch shape (ppo_rnd_atari.py with a one-iteration
 observation-normalisation warm-up, which is not timed).
 Training SPS is the script's own charts/SPS at the end of the run (env steps per second
@@ -187,6 +188,7 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
                    "--total-timesteps", str(args.total_timesteps), "--metrics-interval", str(metrics_interval),
                    "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda", *flags]  # fmt: skip
         threads_env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+        command += ["--torch-threads", str(threads)] if threads else []
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env={**environment, **threads_env})
         event_file = glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0]
         accumulator = EventAccumulator(event_file)

@@ -32,7 +32,12 @@ def test_sps_benchmark_compares_torchrun_processes_and_the_thread_split():
                         "--raw-steps", "20", "--nproc", "2", "--jobs", "2", env={"OMP_NUM_THREADS": "1"})  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert any(line.startswith("EnvPool raw step rate, Breakout-v5") for line in lines)
+    assert any(line.startswith("EnvPool raw rate, Breakout-v5") for line in lines)
+    main_table = lines[lines.index(next(line for line in lines if line.startswith("SPS with metrics every 2"))) + 1 :]
+    assert main_table[0].split()[:6] == ["SPS", "eager", "SPS", "defaults", "defaults", "/"]
+    row = next(line for line in main_table if line.startswith("ppo_atari_envpool.py")).split()
+    eager, defaults, ratio = (float(cell.replace(",", "")) for cell in row[2:5])
+    assert eager > 0 and defaults > 0 and ratio == pytest.approx(defaults / eager, abs=0.02)
     table = lines[lines.index(next(line for line in lines if line.startswith("one run, metrics every 2"))) + 1 :]
     assert table[0].split()[:4] == ["SPS", "1", "process", "SPS"]
     row = table[1].split()
