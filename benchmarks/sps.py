@@ -1,7 +1,7 @@
 """Throughput of the training scripts next to EnvPool's raw stepping rate, in one run.
 
     python benchmarks/sps.py                      # all six scripts, 8 envs x 128 steps, 50 iterations
-    python benchmarks/sps.py --candidates "--compile" "--compile --cudagraphs" --cuda   # more settings to compare
+    python benchmarks/sps.py --candidates compile "compile cudagraphs" --cuda   # also --compile, --compile --cudagraphs
     python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 64 --total-timesteps 655360 --cuda
     python benchmarks/sps.py --nproc 2            # also: one run as 2 torchrun processes against 1
     python benchmarks/sps.py --jobs 2             # also: 2 concurrent runs with and without the thread split
@@ -86,7 +86,8 @@ class Args:
     repeats: int = 1
     """training runs per setting, the settings alternated; the median is reported"""
     candidates: tuple[str, ...] = ()
-    """further flag sets to time next to the defaults, each one string (e.g. "--compile" "--compile --cudagraphs")"""
+    """further flag sets to time next to the defaults, each one string of flags without their dashes (compile "compile
+    cudagraphs": --compile, then --compile --cudagraphs)"""
     raw_steps: int = 2000
     """batched env.step calls for the raw EnvPool rate"""
     cuda: bool = False
@@ -225,7 +226,9 @@ def main() -> None:
             "eager": (EAGER_FLAGS.get(script, CLEANRL_EAGER), args.metrics_interval),
             "defaults": ((), args.metrics_interval),
         }
-        settings |= {candidate: (candidate.split(), args.metrics_interval) for candidate in args.candidates}
+        settings |= {
+            candidate: ([f"--{flag}" for flag in candidate.split()], args.metrics_interval) for candidate in args.candidates
+        }
         settings["off"] = ((), 0)
         runs = {name: [] for name in settings}
         for _ in range(args.repeats):
@@ -247,7 +250,7 @@ def main() -> None:
             "; ".join(f"{name} {', '.join(f'{x:.0f}' for x in values)}" for name, values in runs.items()),
         ))  # fmt: skip
     print(f"SPS with metrics every {args.metrics_interval} unless said; eager = CleanRL's path ({' '.join(CLEANRL_EAGER)})")
-    print_table(("", "SPS eager", "SPS defaults", *(f"SPS {candidate}" for candidate in args.candidates), "defaults / eager",
+    print_table(("", "SPS eager", "SPS defaults", *(f"SPS --{candidate.replace(' ', ' --')}" for candidate in args.candidates), "defaults / eager",
                  "defaults / raw", "SPS metrics off", "metrics cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)"),
                 rows)  # fmt: skip
     if args.nproc > 1:
