@@ -51,6 +51,20 @@ def read_scalars(run_dir):
     }
 
 
+def check_same_losses(tmp_path, script, flags, variants, tags):
+    """Run `script` with `flags` as is and with each variant's extra flags ({name: flags}): flags that change how the
+    same maths runs (--compile, --no-channels-last) must log the default run's losses up to float rounding."""
+    logged = {}
+    for name, extra in {"default": [], **variants}.items():
+        result = run_script(script, *flags, *extra, "--runs-dir", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr
+        logged[name] = read_scalars(only_run_dir(tmp_path / name))
+    for name in variants:
+        for tag in tags:
+            expected = [value for _, value in logged["default"][tag]]
+            assert [value for _, value in logged[name][tag]] == pytest.approx(expected, rel=1e-3, abs=1e-6), (name, tag)
+
+
 @pytest.fixture
 def tiny_ppo_flags():
     """A few iterations of 2 envs x 16 steps; a 40-step time limit guarantees finished games."""

@@ -18,6 +18,7 @@ from conftest import (
     PPO_TAGS,
     ROOT,
     check_run_artifacts,
+    check_same_losses,
     interrupt_with_sigterm,
     only_run_dir,
     read_scalars,
@@ -190,15 +191,8 @@ def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(tmp_path, ti
     """--compile (torch.compile of acting and of the update) and --no-channels-last (CleanRL's layout) change how
     the same maths runs, not what is learned: on a fixed seed the losses agree up to float rounding."""
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
-    logged = {}
-    for name, extra in (("default", []), ("compiled", ["--compile"]), ("nchw", ["--no-channels-last"])):
-        result = run_script(SCRIPT, *flags, *extra, "--runs-dir", str(tmp_path / name))
-        assert result.returncode == 0, result.stderr
-        logged[name] = read_scalars(only_run_dir(tmp_path / name))
-    for name in ("compiled", "nchw"):
-        for tag in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"):
-            expected = [value for _, value in logged["default"][tag]]
-            assert [value for _, value in logged[name][tag]] == pytest.approx(expected, rel=1e-3, abs=1e-6), (name, tag)
+    check_same_losses(tmp_path, SCRIPT, flags, {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
+                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):

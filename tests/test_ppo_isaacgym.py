@@ -12,6 +12,7 @@ import torch
 from conftest import (
     PPO_TAGS,
     check_run_artifacts,
+    check_same_losses,
     interrupt_with_sigterm,
     only_run_dir,
     read_scalars,
@@ -186,14 +187,8 @@ def test_compiled_path_logs_the_losses_of_the_default_path(tmp_path):
     """--compile (torch.compile of acting and of the update) changes how the same maths runs, not what is
     learned: on a fixed seed the losses agree up to float rounding."""
     flags = [*TINY, "--total-timesteps", "192", "--metrics-interval", "0", "--torch-threads", "1"]  # 3 iterations
-    logged = {}
-    for name, extra in (("default", []), ("compiled", ["--compile"])):
-        result = run_script(SCRIPT, *flags, *extra, "--runs-dir", str(tmp_path / name))
-        assert result.returncode == 0, result.stderr
-        logged[name] = read_scalars(only_run_dir(tmp_path / name))
-    for tag in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"):
-        expected = [value for _, value in logged["default"][tag]]
-        assert [value for _, value in logged["compiled"][tag]] == pytest.approx(expected, rel=1e-3, abs=1e-6), tag
+    check_same_losses(tmp_path, SCRIPT, flags, {"compiled": ["--compile"]},
+                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
