@@ -275,7 +275,7 @@ def compare_thread_split(args: Args) -> None:
                      f"default {', '.join(f'{x:.0f}' for x in per_run[0])}; split {', '.join(f'{x:.0f}' for x in per_run[split])}"))  # fmt: skip
     print(
         f"\n{args.jobs} runs at once, metrics every {args.metrics_interval}: per-run SPS with torch's default threads "
-        f"against {split} thread(s) each (OMP_NUM_THREADS, as sweeps/launch.sh sets for JOBS={args.jobs})"
+        f"against {split} thread(s) each (OMP_NUM_THREADS and --torch-threads, as sweeps/launch.sh sets for JOBS={args.jobs})"
     )
     print_table(("", "SPS per run, default threads", "SPS per run, split", "ratio", "runs (SPS)"), rows)
 

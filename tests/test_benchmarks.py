@@ -46,3 +46,13 @@ def test_sps_benchmark_compares_torchrun_processes_and_the_thread_split():
     assert jobs[0].split()[:4] == ["SPS", "per", "run,", "default"]
     row = jobs[1].split()
     assert row[0] == "ppo_atari_envpool.py" and float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
+
+
+def test_async_envs_benchmark_times_the_three_modes():
+    result = run_script("benchmarks/async_envs.py", "--num-envs", "2", "--steps", "5", "--repeats", "1",
+                        env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["sync, 2 envs", "async, pool of 4 in batches of 2",
+                                                       "async, pool of 2 in batches of 1"]  # fmt: skip
+    assert all(float(line.split()[-2].replace(",", "")) > 0 for line in lines)
