@@ -142,9 +142,10 @@ def interrupt_with_sigterm(script, flags, wait_for=None, nproc=0):
 
 
 def check_run_artifacts(
-    run_dir, exp_name, iterations, global_step, metric_iterations, embedding_rows, feature_dim=512, video=True
+    run_dir, exp_name, iterations, global_step, metric_iterations, embedding_rows, feature_dim=512, video=True, tracked=False
 ):
-    """What --checkpoint-interval, --save-model, --save-embeddings, --capture-video and --track leave behind."""
+    """What --checkpoint-interval, --save-model, --save-embeddings, --capture-video and --track leave behind. Only
+    ppo_atari_envpool.py's test passes --track: W&B's offline start and finish add about 9 s to a tiny run."""
     import numpy as np
     import torch
 
@@ -162,5 +163,5 @@ def check_run_artifacts(
     if video:
         videos = os.listdir(os.path.join(run_dir, "videos"))
         assert any(name.endswith(".mp4") for name in videos), videos
-    assert os.path.isdir(os.path.join(run_dir, "wandb"))
+    assert os.path.isdir(os.path.join(run_dir, "wandb")) == tracked
     return checkpoint

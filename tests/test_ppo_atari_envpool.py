@@ -170,9 +170,8 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["batch_size"] == 32 and args["minibatch_size"] == 16 and args["num_iterations"] == 8
 
-    check_run_artifacts(
-        run_dir, "ppo_atari_envpool", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
-    )
+    check_run_artifacts(run_dir, "ppo_atari_envpool", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8],
+                        embedding_rows=40, tracked=True)  # fmt: skip
 
 
 def test_seeded_runs_are_reproducible_and_separate_networks_log_critic_rank(tmp_path, tiny_ppo_flags):

@@ -150,7 +150,7 @@ def test_auto_backend_maps_isaac_gym_names_to_envpool(env_id, expected):
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--save-model",
-                        "--save-embeddings", "--embeddings-per-iteration", "10", "--track")  # fmt: skip
+                        "--save-embeddings", "--embeddings-per-iteration", "10")  # fmt: skip
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir).startswith("Ant-v5__ppo_isaacgym__1__")

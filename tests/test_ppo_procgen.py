@@ -150,8 +150,7 @@ def test_level_flags_reach_envpool(tmp_path, monkeypatch):
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--save-model",
-                        "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video",
-                        "--track")  # fmt: skip
+                        "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video")  # fmt: skip
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir).startswith("BigfishEasy-v0__ppo_procgen__1__")
