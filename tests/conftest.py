@@ -51,13 +51,22 @@ def read_scalars(run_dir):
     }
 
 
-def check_same_losses(tmp_path, script, flags, variants, tags):
-    """Run `script` with `flags` as is and with each variant's extra flags ({name: flags}): flags that change how the
-    same maths runs (--compile, --no-channels-last) must log the default run's losses up to float rounding."""
-    logged = {}
+def check_same_losses(monkeypatch, tmp_path, script, flags, variants, tags):
+    """Run the `script` module's main() with `flags` as is and with each variant's extra flags ({name: flags}): flags
+    that change how the same maths runs (--compile, --no-channels-last) must log the default run's losses up to float
+    rounding. In-process, as importing torch and EnvPool for every run would add seconds to each."""
+    import torch
+
+    logged, threads = {}, torch.get_num_threads()
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     for name, extra in {"default": [], **variants}.items():
-        result = run_script(script, *flags, *extra, "--runs-dir", str(tmp_path / name))
-        assert result.returncode == 0, result.stderr
+        monkeypatch.setattr(sys, "argv", [script.__file__, *flags, *extra, "--runs-dir", str(tmp_path / name)])
+        try:
+            script.main()
+        finally:  # a script sets torch's threads and its own stop handlers
+            torch.set_num_threads(threads)
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
         logged[name] = read_scalars(only_run_dir(tmp_path / name))
     for name in variants:
         for tag in tags:

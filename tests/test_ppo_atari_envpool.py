@@ -186,11 +186,11 @@ def test_seeded_runs_are_reproducible_and_separate_networks_log_critic_rank(tmp_
     assert "metrics/feature_rank_critic" in logged[0]
 
 
-def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(tmp_path, tiny_ppo_flags):
+def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(monkeypatch, tmp_path, tiny_ppo_flags):
     """--compile (torch.compile of acting and of the update) and --no-channels-last (CleanRL's layout) change how
     the same maths runs, not what is learned: on a fixed seed the losses agree up to float rounding."""
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
-    check_same_losses(tmp_path, SCRIPT, flags, {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
+    check_same_losses(monkeypatch, tmp_path, ppo_atari_envpool, flags, {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
                       ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
 
 

@@ -112,11 +112,11 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     assert set(checkpoint["proximal"]) == set(checkpoint["model"])
 
 
-def test_compiled_path_logs_the_losses_of_the_default_path(tmp_path, tiny_ppo_flags):
+def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path, tiny_ppo_flags):
     """--compile (torch.compile of acting and of the update) changes how the same maths runs, not what is learned:
     on a fixed seed the losses agree up to float rounding (--no-channels-last: in the PPO and Procgen tests)."""
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
-    check_same_losses(tmp_path, SCRIPT, flags, {"compiled": ["--compile"]},
+    check_same_losses(monkeypatch, tmp_path, ppo_ewma_atari, flags, {"compiled": ["--compile"]},
                       ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
 
 

@@ -183,12 +183,12 @@ def test_seeded_runs_are_reproducible_and_separate_networks_log_critic_rank(tmp_
     assert "metrics/feature_rank_critic" in logged[0]
 
 
-def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(tmp_path):
+def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(monkeypatch, tmp_path):
     """--compile (torch.compile of acting and of the update) and --no-channels-last (CleanRL's layout) change how
     the same maths runs, not what is learned: on a fixed seed the losses agree up to float rounding."""
     # 3 iterations of 1 minibatch per epoch: with TINY's 2, the rounding drift of the value loss by the 4th reached 0.2 %
     flags = [*TINY, "--total-timesteps", "384", "--num-minibatches", "1", "--torch-threads", "1"]
-    check_same_losses(tmp_path, SCRIPT, flags, {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
+    check_same_losses(monkeypatch, tmp_path, ppo_procgen, flags, {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
                       ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
 
 

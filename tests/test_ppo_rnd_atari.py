@@ -275,11 +275,11 @@ def test_seeded_runs_are_reproducible_with_separate_networks(tmp_path):
     assert "metrics/feature_rank_critic" in logged[0]
 
 
-def test_compiled_path_logs_the_losses_of_the_default_path(tmp_path):
+def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path):
     """--compile (torch.compile of acting and of the update) changes how the same maths runs, not what is learned:
     on a fixed seed the losses agree up to float rounding (--no-channels-last: in the PPO and Procgen tests)."""
     flags = [*TINY_FLAGS, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
-    check_same_losses(tmp_path, SCRIPT, flags, {"compiled": ["--compile"]},
+    check_same_losses(monkeypatch, tmp_path, ppo_rnd_atari, flags, {"compiled": ["--compile"]},
                       ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/rnd_loss"))  # fmt: skip
 
 

@@ -111,7 +111,10 @@ def test_slurm_mode_submits_each_command_with_sbatch(tmp_path):
 
 
 def test_nproc_runs_each_command_as_one_torchrun_run(tmp_path):
-    (tmp_path / "show_rank.py").write_text("import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    # one write() per process: two processes' print()s into one log can interleave
+    (tmp_path / "show_rank.py").write_text(
+        'import os\nos.write(1, f\'rank {os.environ["RANK"]} of {os.environ["WORLD_SIZE"]}\\n\'.encode())\n'
+    )
     command = f"{sys.executable} show_rank.py --seed 1\n"
     printed = launch(command, tmp_path, LAUNCHER="print", NPROC="2").stdout.splitlines()
     assert printed == [f"{sys.executable} -m torch.distributed.run --standalone --nproc-per-node=2 show_rank.py --seed 1"]
