@@ -260,9 +260,8 @@ def main() -> None:
     envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1,
                         max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
     q_network = QNetwork(envs.action_space.n, args.channels_last).to(device)
-    optimizer = torch.optim.Adam(
-        q_network.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam
-    )
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps,
+                                 fused=args.fused_adam)  # fmt: skip
     # Only the forward pass: epsilon_greedy stays eager, as compiled code draws other random numbers than eager torch.
     act, backward = q_network, minibatch_backward
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
@@ -409,30 +408,23 @@ def parse_args() -> tuple[Args, dict | None]:
 def validate_and_derive(args: Args) -> Args:
     """Check every flag before anything is created (one line, exit 2); fill in the derived values."""
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    # --minibatch-size and --torch-threads may also be None (not given)
     positive = ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches",
                 "lr_reference_envs", "metrics_batch", "embeddings_per_iteration", "learning_rate", "adam_eps",
-                "max_grad_norm")  # fmt: skip
+                "max_grad_norm", "minibatch_size", "torch_threads")  # fmt: skip
     non_negative = ("checkpoint_interval", "metrics_interval", "dormant_tau")
     unit_interval = ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction")
     args.batch_size = args.num_envs * args.num_steps
     minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
-    ranges = (
-        (positive, lambda v: v > 0, "> 0"),
-        (non_negative, lambda v: v >= 0, ">= 0"),
-        (unit_interval, lambda v: 0 <= v <= 1, "in [0, 1]"),
-    )
-    checks = [
-        (ok(getattr(args, name)), f"{flag(name)} must be {bound}, got {getattr(args, name)}")
-        for names, ok, bound in ranges
-        for name in names
-    ]
+    ranges = ((positive, lambda v: v is None or v > 0, "> 0"), (non_negative, lambda v: v >= 0, ">= 0"),
+              (unit_interval, lambda v: 0 <= v <= 1, "in [0, 1]"))  # fmt: skip
+    checks = [(ok(getattr(args, name)), f"{flag(name)} must be {bound}, got {getattr(args, name)}")
+              for names, ok, bound in ranges for name in names]  # fmt: skip
     checks += [
-        (args.torch_threads is None or args.torch_threads > 0, f"--torch-threads must be > 0, got {args.torch_threads}"),
         (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
-        (args.minibatch_size is None or args.minibatch_size > 0, f"--minibatch-size must be > 0, got {args.minibatch_size}"),
         (minibatch_size > 0 and args.batch_size % minibatch_size == 0,
          f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches"),
         (args.total_timesteps >= args.batch_size,
