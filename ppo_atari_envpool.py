@@ -473,22 +473,20 @@ def validate_and_derive(args: Args) -> Args:
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
     positive = ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches",
                 "lr_reference_envs", "metrics_batch", "embeddings_per_iteration", "learning_rate", "adam_eps", "clip_coef",
-                "max_grad_norm")  # fmt: skip
+                "max_grad_norm", "target_kl", "minibatch_size", "torch_threads")  # fmt: skip
     non_negative = ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau")
     args.batch_size = args.num_envs * args.num_steps
     minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
-    checks = [(getattr(args, name) > 0, f"{flag(name)} must be > 0, got {getattr(args, name)}") for name in positive]
+    value = lambda name: getattr(args, name)  # noqa: E731
+    checks = [(value(name) is None or value(name) > 0, f"{flag(name)} must be > 0, got {value(name)}") for name in positive]
     checks += [(getattr(args, name) >= 0, f"{flag(name)} must be >= 0, got {getattr(args, name)}") for name in non_negative]
     checks += [
         (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
         (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
-        (args.target_kl is None or args.target_kl > 0, f"--target-kl must be > 0, got {args.target_kl}"),
-        (args.torch_threads is None or args.torch_threads > 0, f"--torch-threads must be > 0, got {args.torch_threads}"),
         (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
-        (args.minibatch_size is None or args.minibatch_size > 0, f"--minibatch-size must be > 0, got {args.minibatch_size}"),
         (minibatch_size > 0 and args.batch_size % minibatch_size == 0,
          f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches"),
         (args.total_timesteps >= args.batch_size,
