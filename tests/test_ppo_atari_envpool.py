@@ -168,7 +168,7 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     assert all(value >= 0 for value in returns) and len(returns) >= 2  # Breakout scores are never negative
 
     args = json.load(open(os.path.join(run_dir, "args.json")))
-    assert args["batch_size"] == 32 and args["minibatch_size"] == 16 and args["num_iterations"] == 8
+    assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16]] and args["num_iterations"] == 8
 
     check_run_artifacts(run_dir, "ppo_atari_envpool", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8],
                         embedding_rows=40, tracked=True)  # fmt: skip
@@ -275,16 +275,16 @@ def test_bad_flags_from_the_shell(tmp_path, flags):
 
 
 def test_minibatch_size_and_lr_scaling_derive_the_rest():
-    args = ppo_atari_envpool.validate_and_derive(
-        ppo_atari_envpool.Args(num_envs=32, num_steps=16, minibatch_size=64, lr_scaling="sqrt", runs_dir="/tmp")
-    )
-    assert args.batch_size == 512 and args.num_minibatches == 8 and args.minibatch_size == 64
-    assert args.scaled_learning_rate == pytest.approx(2.5e-4 * 2)  # k = 32 / 8 = 4
-    args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(num_envs=16, lr_scaling="linear", runs_dir="/tmp"))
-    assert args.minibatch_size == 2048 // 4 and args.scaled_learning_rate == pytest.approx(5e-4)
-    assert args.num_iterations == 10_000_000 // 2048
-    args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(num_envs=16, lr_scaling="inverse", runs_dir="/tmp"))
-    assert args.scaled_learning_rate == pytest.approx(1.25e-4)
+    derive = lambda **flags: ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(runs_dir="/tmp", **flags))  # noqa: E731
+    args = derive(num_envs=32, num_steps=16, minibatch_size=64, lr_scaling="sqrt", anneal_lr=False)
+    assert args.batch_size == 512 and ppo_atari_envpool.phase_at(args, 0) == (32, 16, 64)
+    assert ppo_atari_envpool.learning_rate(args, 32, 5000) == pytest.approx(2.5e-4 * 2)  # k = 32 / 8 = 4
+    args = derive(num_envs=16, lr_scaling="linear")
+    assert ppo_atari_envpool.phase_at(args, 0) == (16, 128, 2048 // 4)
+    assert args.num_iterations == 10_000_000 // 2048 and args.planned_steps == args.num_iterations * 2048
+    assert ppo_atari_envpool.learning_rate(args, 16, 0) == pytest.approx(5e-4)
+    assert ppo_atari_envpool.learning_rate(args, 16, args.planned_steps // 2) == pytest.approx(2.5e-4)  # annealed
+    assert ppo_atari_envpool.learning_rate(derive(num_envs=16, lr_scaling="inverse"), 16, 0) == pytest.approx(1.25e-4)
 
 
 def test_resume_of_a_checkpoint_from_another_version_exits_2(tmp_path):
