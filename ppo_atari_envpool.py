@@ -306,10 +306,13 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
-def minibatch_backward(agent: Agent, minibatch: dict[str, torch.Tensor], args: Args) -> dict[str, torch.Tensor]:
-    """Forward pass, PPO loss and backward pass of one minibatch (one compiled graph with --compile); the loss statistics."""
+def minibatch_backward(
+    agent: Agent, minibatch: dict[str, torch.Tensor], args: Args, clip_coef: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Forward pass, PPO loss and backward pass of one minibatch (one compiled graph with --compile); the loss statistics.
+    clip_coef comes as a tensor: --target-ddr changes it every iteration, which would recompile a graph that held a float."""
     _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
-    loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, clip_coef=args.clip_coef, clip_vloss=args.clip_vloss,
+    loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, clip_coef=clip_coef, clip_vloss=args.clip_vloss,
                            ent_coef=args.ent_coef, vf_coef=args.vf_coef, norm_adv=args.norm_adv)  # fmt: skip
     loss.backward()
     return stats
@@ -440,14 +443,14 @@ def main() -> None:
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
-        grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
+        grad_norms, minibatch_stats, gradient_kurtosis, clip_coef = [], [], None, torch.tensor(args.clip_coef, device=device)
         for _epoch in range(args.update_epochs):
             permutation = torch.randperm(len(batch["obs"]), device=device)
             for start in range(0, len(batch["obs"]), minibatch_size):
                 minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
                 optimizer.zero_grad()
                 # .clone(): a CUDA graph overwrites its outputs at its next replay
-                stats = {name: value.clone() for name, value in backward(agent, minibatch, args).items()}
+                stats = {name: value.clone() for name, value in backward(agent, minibatch, args, clip_coef).items()}
                 all_ranks_sum_gradients(agent.parameters())
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)

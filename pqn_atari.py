@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from types import SimpleNamespace
 from typing import Literal
 
@@ -82,6 +82,8 @@ class Args:
     """N_envs: parallel environments"""
     num_steps: int = 128
     """N_RO: rollout length per environment and iteration"""
+    schedule: str | None = None
+    """N_envs x N_RO by fraction of the budget instead, e.g. 0:8x128,0.5:32x32,0.8:128x8 (each phase a new EnvPool pool)"""
     # Optimisation
     learning_rate: float = 2.5e-4
     """Adam learning rate (before --lr-scaling)"""
@@ -124,9 +126,10 @@ class Args:
     embeddings_per_iteration: int = 256
     """states saved per metrics iteration with --save-embeddings"""
     # Derived after validation (not flags)
-    batch_size: tyro.conf.Suppress[int] = 0
+    phases: tyro.conf.Suppress[list] = field(default_factory=list)  # (first step, N_envs, N_RO) of each phase
+    batch_size: tyro.conf.Suppress[int] = 0  # of the first phase
     num_iterations: tyro.conf.Suppress[int] = 0
-    scaled_learning_rate: tyro.conf.Suppress[float] = 0.0
+    planned_steps: tyro.conf.Suppress[int] = 0  # steps of the num_iterations full batches that fit the budget
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -250,55 +253,70 @@ def minibatch_backward(q_network: QNetwork, minibatch: dict[str, torch.Tensor]) 
     return stats
 
 
+def phase_at(args: Args, step: int) -> tuple[int, int, int]:
+    """N_envs, N_RO and the minibatch size of the phase that `step` falls in: a fixed --minibatch-size stays, else the
+    number of minibatches does."""
+    _, num_envs, num_steps = [phase for phase in args.phases if phase[0] <= step][-1]
+    return num_envs, num_steps, args.minibatch_size or num_envs * num_steps // args.num_minibatches
+
+
+def learning_rate(args: Args, num_envs: int, step: int) -> float:
+    """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
+    k = num_envs / args.lr_reference_envs
+    scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
+    return scaled * (1 - step / args.planned_steps) if args.anneal_lr else scaled
+
+
 def main() -> None:
     args, checkpoint = parse_args()
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
-    # A resumed run starts new games from another env seed: EnvPool's emulator state cannot be saved.
-    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed + start_iteration - 1,
-                        max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
-    q_network = QNetwork(envs.action_space.n, args.channels_last).to(device)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps,
-                                 fused=args.fused_adam)  # fmt: skip
+    q_network = QNetwork(envpool.make_spec(args.env_id).action_space.n, args.channels_last).to(device)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     # Only the forward pass: epsilon_greedy stays eager, as compiled code draws other random numbers than eager torch.
     act, backward = q_network, minibatch_backward
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
         act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
     global_step = restore_checkpoint(checkpoint, model=q_network, optimizer=optimizer) if checkpoint else 0
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
 
-    # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
-    size = (args.num_steps, args.num_envs)
-    rollout = {
-        "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
-        "actions": torch.zeros(size, dtype=torch.long, device=device),
-    }
-    for name in ("max_q", "rewards", "terminations", "truncations", "valid"):  # max_q: max_a Q(s_t, a) when acting
-        rollout[name] = torch.zeros(size, device=device)
-    # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
-    host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
-
-    next_obs = torch.tensor(envs.reset()[0], device=device)
-    next_done = np.zeros(args.num_envs, dtype=np.float32)
     # Full-game statistics: EnvPool's episodic_life ends an "episode" per life, but the score
     # that matters is the whole game (info["terminated"] marks the real game over).
-    game_return = np.zeros(args.num_envs)
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step = time.time(), global_step
+    start_time, start_step, envs, phase, iteration = time.time(), global_step, None, None, start_iteration - 1
     exploration_steps = args.exploration_fraction * args.total_timesteps
 
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = args.scaled_learning_rate * (1 - (iteration - 1) / args.num_iterations)
+        if phase_at(args, global_step) != phase:  # EnvPool cannot resize a pool: a new phase plays new games in a new pool
+            phase = phase_at(args, global_step)
+            (num_envs, num_steps, minibatch_size), batch_size = phase, phase[0] * phase[1]
+            if envs is not None:
+                envs.close()
+            # A resumed run or a new phase starts new games from another env seed: EnvPool's state cannot be saved.
+            envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=args.seed + iteration - 1,
+                                max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
+            # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
+            size = (num_steps, num_envs)
+            rollout = {
+                "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+                "actions": torch.zeros(size, dtype=torch.long, device=device),
+            }
+            for name in ("max_q", "rewards", "terminations", "truncations", "valid"):  # max_q: max_a Q(s_t, a) when acting
+                rollout[name] = torch.zeros(size, device=device)
+            # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
+            host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
+            next_obs = torch.tensor(envs.reset()[0], device=device)
+            next_done, game_return = np.zeros(num_envs, dtype=np.float32), np.zeros(num_envs)
+        optimizer.param_groups[0]["lr"] = learning_rate(args, num_envs, global_step)
 
         rollout_start_step = global_step
-        for step in range(args.num_steps):
+        for step in range(num_steps):
             if stop_signal:
                 break
             epsilon = epsilon_schedule(global_step, args.start_e, args.end_e, exploration_steps)
-            global_step += args.num_envs
+            global_step += num_envs
             rollout["obs"][step] = next_obs
             host["valid"][step] = reset_step_mask(next_done)
             with torch.inference_mode():
@@ -335,9 +353,9 @@ def main() -> None:
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
         for _epoch in range(args.update_epochs):
-            permutation = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                minibatch = {name: values[permutation[start : start + args.minibatch_size]] for name, values in batch.items()}
+            permutation = torch.randperm(batch_size, device=device)
+            for start in range(0, batch_size, minibatch_size):
+                minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
                 optimizer.zero_grad()
                 # .clone(): a CUDA graph overwrites its outputs at its next replay
                 stats = {name: value.clone() for name, value in backward(q_network, minibatch).items()}
@@ -347,8 +365,10 @@ def main() -> None:
                 optimizer.step()
                 minibatch_stats.append(stats)
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/epsilon", epsilon, global_step)  # of the rollout's last step
+        charts = {"learning_rate": optimizer.param_groups[0]["lr"], "epsilon": epsilon,  # of the rollout's last step
+                  "num_envs": num_envs, "num_steps": num_steps, "batch_size": batch_size}  # fmt: skip
+        for name, value in charts.items():
+            writer.add_scalar(f"charts/{name}", value, global_step)
         for name in minibatch_stats[0]:  # means over the update's minibatches
             writer.add_scalar(f"losses/{name}", torch.stack([s[name] for s in minibatch_stats]).mean().item(), global_step)
         if measure:
@@ -370,8 +390,11 @@ def main() -> None:
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
             save_checkpoint(run_dir, args, iteration, global_step, embeddings, model=q_network, optimizer=optimizer)
 
-    envs.close()
-    finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, model=q_network, optimizer=optimizer)
+    if envs is not None:
+        envs.close()
+    finish_run(
+        run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, model=q_network, optimizer=optimizer
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -405,6 +428,21 @@ def parse_args() -> tuple[Args, dict | None]:
     return validate_and_derive(args), checkpoint
 
 
+def parse_schedule(text: str) -> list[tuple[float, int, int]]:
+    """'0:8x128,0.5:32x32' -> [(0.0, 8, 128), (0.5, 32, 32)]: from that fraction of the budget on, N_envs x N_RO."""
+    try:
+        phases = [(float(start), int(shape.split("x")[0]), int(shape.split("x")[1]))
+                  for start, shape in (part.split(":") for part in text.split(","))]  # fmt: skip
+    except (ValueError, IndexError):
+        fail(f"--schedule {text!r}: write phases as START:NUM_ENVSxNUM_STEPS, e.g. 0:8x128,0.5:32x32,0.8:128x8")
+    starts = [start for start, _, _ in phases]
+    if starts[0] != 0 or starts != sorted(set(starts)) or starts[-1] >= 1:
+        fail(f"--schedule {text!r}: the phases must start at 0 and at increasing fractions of the budget below 1")
+    if min(size for phase in phases for size in phase[1:]) < 1:
+        fail(f"--schedule {text!r}: N_envs and N_RO must be > 0")
+    return phases
+
+
 def validate_and_derive(args: Args) -> Args:
     """Check every flag before anything is created (one line, exit 2); fill in the derived values."""
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
@@ -414,30 +452,33 @@ def validate_and_derive(args: Args) -> Args:
                 "max_grad_norm", "minibatch_size", "torch_threads")  # fmt: skip
     non_negative = ("checkpoint_interval", "metrics_interval", "dormant_tau")
     unit_interval = ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction")
-    args.batch_size = args.num_envs * args.num_steps
-    minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
-    split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
     ranges = ((positive, lambda v: v is None or v > 0, "> 0"), (non_negative, lambda v: v >= 0, ">= 0"),
               (unit_interval, lambda v: 0 <= v <= 1, "in [0, 1]"))  # fmt: skip
     checks = [(ok(getattr(args, name)), f"{flag(name)} must be {bound}, got {getattr(args, name)}")
               for names, ok, bound in ranges for name in names]  # fmt: skip
+    phases = parse_schedule(args.schedule) if args.schedule else [(0.0, args.num_envs, args.num_steps)]
+    split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
+    for _, num_envs, num_steps in phases:
+        batch_size = num_envs * num_steps
+        minibatch_size = args.minibatch_size or batch_size // max(args.num_minibatches, 1)
+        checks.append((minibatch_size > 0 and batch_size % minibatch_size == 0,
+                       f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches"))  # fmt: skip
     checks += [
         (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
-        (minibatch_size > 0 and args.batch_size % minibatch_size == 0,
-         f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches"),
-        (args.total_timesteps >= args.batch_size,
-         f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})"),
+        (args.total_timesteps >= phases[0][1] * phases[0][2],
+         f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {phases[0][1] * phases[0][2]})"),
     ]  # fmt: skip
     for ok, message in checks:
         if not ok:
             fail(message)
-    args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
-    args.num_iterations = args.total_timesteps // args.batch_size
-    k = args.num_envs / args.lr_reference_envs  # paper Fig. 11
-    lr_factor = {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
-    args.scaled_learning_rate = args.learning_rate * lr_factor
+    args.phases = [(int(start * args.total_timesteps), num_envs, num_steps) for start, num_envs, num_steps in phases]
+    args.num_envs, args.num_steps = phases[0][1:]
+    args.batch_size, args.planned_steps, args.num_iterations = args.num_envs * args.num_steps, 0, 0
+    batch_at = lambda step: phase_at(args, step)[0] * phase_at(args, step)[1]  # noqa: E731
+    while args.planned_steps + batch_at(args.planned_steps) <= args.total_timesteps:  # the full batches that fit the budget
+        args.planned_steps, args.num_iterations = args.planned_steps + batch_at(args.planned_steps), args.num_iterations + 1
     return args
 
 
@@ -512,12 +553,12 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     return checkpoint["global_step"]
 
 
-def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **modules) -> None:
+def finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, **modules) -> None:
     """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
     embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
     progress.close()
-    iteration = global_step // args.batch_size  # iterations completed: an interrupted rollout is not counted
-    interrupted = bool(stop_signal) and iteration < args.num_iterations
+    interrupted = bool(stop_signal) and global_step < args.planned_steps
+    iteration -= interrupted  # the interrupted rollout is not counted
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
     save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
     writer.close()

@@ -233,6 +233,14 @@ BAD_FLAGS = [
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
     (["--torch-threads", "0"], "--torch-threads must be > 0, got 0"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
+    (["--schedule", "0:8x128,0.5:32x32,0.3:128x8"], "must start at 0 and at increasing fractions of the budget"),
+    (["--schedule", "0.5:8x128"], "must start at 0 and at increasing fractions of the budget"),
+    (["--schedule", "0:8x128,1:32x32"], "below 1"),
+    (["--schedule", "0:8by128"], "write phases as START:NUM_ENVSxNUM_STEPS"),
+    (["--schedule", "0:8x0"], "N_envs and N_RO must be > 0"),
+    (["--schedule", "0:8x128,0.5:3x3"], "--num-minibatches 4 does not divide the batch (num_envs * num_steps = 9)"),
+    (["--target-ddr", "0"], "--target-ddr must be > 0, got 0"),
+    (["--clip-coef-bounds", "0.5", "0.1"], "--clip-coef-bounds (0.5, 0.1) is not 0 < low <= high"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
 ]
 
@@ -285,6 +293,52 @@ def test_minibatch_size_and_lr_scaling_derive_the_rest():
     assert ppo_atari_envpool.learning_rate(args, 16, 0) == pytest.approx(5e-4)
     assert ppo_atari_envpool.learning_rate(args, 16, args.planned_steps // 2) == pytest.approx(2.5e-4)  # annealed
     assert ppo_atari_envpool.learning_rate(derive(num_envs=16, lr_scaling="inverse"), 16, 0) == pytest.approx(1.25e-4)
+
+
+def test_schedule_phases_lr_and_ddr_target_by_step():
+    args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(
+        schedule="0:8x128,0.5:32x32,0.8:128x16", minibatch_size=256, total_timesteps=10_000, target_ddr=100.0,
+        target_ddr_final=10_000.0, runs_dir="/tmp"))  # fmt: skip
+    assert args.phases == [(0, 8, 128), (5000, 32, 32), (8000, 128, 16)]
+    assert ppo_atari_envpool.phase_at(args, 4999) == (8, 128, 256)  # a fixed minibatch size stays ...
+    assert ppo_atari_envpool.phase_at(args, 8000) == (128, 16, 256)  # ... and the number of minibatches follows
+    # 5 batches of 1024 reach step 5120 (phase 2), 3 more reach 8192 (phase 3), where a batch of 2048 no longer fits
+    assert (args.num_iterations, args.planned_steps, args.num_envs, args.num_steps) == (8, 8192, 8, 128)
+    assert ppo_atari_envpool.learning_rate(args, 8, 4096) == pytest.approx(2.5e-4 / 2)  # annealed over the planned steps
+    assert ppo_atari_envpool.target_ddr(args, 0) == pytest.approx(100.0)
+    assert ppo_atari_envpool.target_ddr(args, 4096) == pytest.approx(1000.0)  # geometric: halfway, a factor of 10
+    args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(schedule="0:8x128,0.5:32x64", runs_dir="/tmp"))
+    assert ppo_atari_envpool.phase_at(args, 5_000_000) == (32, 64, 2048 // 4)  # no --minibatch-size: 4 minibatches stay
+
+
+def test_adapted_clip_coef_moves_towards_the_ddr_target_in_log_space_and_stays_in_bounds():
+    adapt = ppo_atari_envpool.adapted_step_size
+    # DDR under the target: the update moved too far for its data, so the epsilon shrinks (and grows in the other case)
+    assert adapt(0.1, 25_000.0, 100_000.0, 0.5, (0.01, 0.5)) == pytest.approx(0.1 * 0.25**0.5)
+    assert adapt(0.1, 400_000.0, 100_000.0, 0.5, (0.01, 0.5)) == pytest.approx(0.2)
+    assert adapt(0.1, 100_000.0, 100_000.0, 0.5, (0.01, 0.5)) == pytest.approx(0.1)  # on target: unchanged
+    assert adapt(0.1, 1e12, 100_000.0, 0.5, (0.01, 0.5)) == 0.5 and adapt(0.1, 1.0, 100_000.0, 0.5, (0.01, 0.5)) == 0.01
+    assert adapt(8.0, 25_000.0, 100_000.0, 0.5, (0.5, 512.0), sign=-1) == pytest.approx(16.0)  # e.g. EWMA's centre of mass
+
+
+def test_schedule_and_target_ddr_cross_phases_and_resume_mid_run(tmp_path, tiny_ppo_flags):
+    """Two phases with different batches (2 x 16, then 4 x 16 from a quarter of 512 steps) and a DDR target far under
+    the tiny run's DDR: interrupted and resumed, every iteration logs its phase's sizes once, the clip epsilon only
+    grows (the checkpoint carries the adapted value) and the run ends exactly at the planned 512 steps."""
+    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.25:4x16", "--target-ddr", "1000"]
+    flags[flags.index("--total-timesteps") + 1] = "512"
+    interrupt_with_sigterm(SCRIPT, flags)
+    run_dir = only_run_dir(tmp_path)
+    result = run_script(SCRIPT, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 512, "iterations": 10}
+    scalars = read_scalars(run_dir)
+    steps = [32, 64, 96, 128, 192, 256, 320, 384, 448, 512]  # 4 batches of 32, then 6 of 64
+    assert [step for step, _ in scalars["charts/num_envs"]] == steps and [step for step, _ in scalars["metrics/ddr"]] == steps
+    assert [value for _, value in scalars["charts/num_envs"]] == [2] * 4 + [4] * 6
+    assert [value for _, value in scalars["charts/batch_size"]] == [32] * 4 + [64] * 6
+    clip_coefs = [value for _, value in scalars["charts/clip_coef"]]
+    assert clip_coefs[0] == pytest.approx(0.1) and clip_coefs == sorted(clip_coefs) and clip_coefs[-1] > 0.1
 
 
 def test_resume_of_a_checkpoint_from_another_version_exits_2(tmp_path):

@@ -167,10 +167,26 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     assert all(value >= 0 for value in returns) and len(returns) >= 2  # Breakout scores are never negative
 
     args = json.load(open(os.path.join(run_dir, "args.json")))
-    assert args["batch_size"] == 32 and args["minibatch_size"] == 16 and args["num_iterations"] == 8
+    assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16]] and args["num_iterations"] == 8
     assert args["q_lambda"] == 0.65 and args["adam_eps"] == 1e-8 and args["max_grad_norm"] == 10.0
 
     check_run_artifacts(run_dir, "pqn_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40)
+
+
+def test_schedule_changes_the_pool_at_each_phase(tmp_path, tiny_ppo_flags):
+    result = run_script(SCRIPT, *tiny_ppo_flags, "--schedule", "0:2x16,0.5:4x8", "--lr-scaling", "linear",
+                        "--runs-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    scalars = read_scalars(run_dir)
+    # 4 iterations of 2 x 16 up to step 128, then 4 of 4 x 8: each tag logged at the end of its iteration
+    assert scalars["charts/num_envs"] == [(32 * i, 2 if i <= 4 else 4) for i in range(1, 9)]
+    assert scalars["charts/num_steps"] == [(32 * i, 16 if i <= 4 else 8) for i in range(1, 9)]
+    assert scalars["charts/batch_size"] == [(32 * i, 32) for i in range(1, 9)]
+    # the LR of each phase's N_envs (k = N_envs / 8), annealed from the step the iteration starts at
+    expected = [2.5e-4 * (2 if i <= 4 else 4) / 8 * (1 - 32 * (i - 1) / 256) for i in range(1, 9)]
+    assert [value for _, value in scalars["charts/learning_rate"]] == pytest.approx(expected)
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 256, "iterations": 8}
 
 
 def test_seeded_runs_are_reproducible(tmp_path, tiny_ppo_flags):
@@ -192,7 +208,7 @@ def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
-    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
+    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.5:4x8"]  # 32 steps an iteration
     flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
     interrupt_with_sigterm(SCRIPT, flags)
     run_dir = only_run_dir(tmp_path)
@@ -210,6 +226,7 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_pp
     steps = [step for step, _ in scalars["charts/SPS"]]
     assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
     assert [step for step, _ in scalars["losses/td_loss"]] == steps
+    assert scalars["charts/num_envs"] == [(step, 2 if step <= 640 else 4) for step in steps]  # resumed in its phase
 
 
 BAD_FLAGS = [
@@ -237,6 +254,10 @@ BAD_FLAGS = [
     (["--torch-threads", "0"], "--torch-threads must be > 0, got 0"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
+    (["--schedule", "0:2x16,0.5:4x8,0.3:2x8"], "increasing fractions of the budget"),
+    (["--schedule", "0.1:2x16"], "must start at 0"),
+    (["--schedule", "0:8by128"], "write phases as START:NUM_ENVSxNUM_STEPS"),
+    (["--schedule", "0:8x128,0.5:3x3"], "--num-minibatches 4 does not divide the batch (num_envs * num_steps = 9)"),
 ]
 
 
@@ -277,13 +298,15 @@ def test_bad_flags_from_the_shell(tmp_path, flags):
 
 
 def test_minibatch_size_and_lr_scaling_derive_the_rest():
-    args = pqn_atari.validate_and_derive(
-        pqn_atari.Args(num_envs=32, num_steps=16, minibatch_size=64, lr_scaling="sqrt", runs_dir="/tmp")
-    )
-    assert args.batch_size == 512 and args.num_minibatches == 8 and args.minibatch_size == 64
-    assert args.scaled_learning_rate == pytest.approx(2.5e-4 * 2)  # k = 32 / 8 = 4
-    args = pqn_atari.validate_and_derive(pqn_atari.Args(num_envs=16, lr_scaling="linear", runs_dir="/tmp"))
-    assert args.minibatch_size == 2048 // 4 and args.scaled_learning_rate == pytest.approx(5e-4)
-    assert args.num_iterations == 10_000_000 // 2048
-    args = pqn_atari.validate_and_derive(pqn_atari.Args(num_envs=16, lr_scaling="inverse", runs_dir="/tmp"))
-    assert args.scaled_learning_rate == pytest.approx(1.25e-4)
+    derive = lambda **flags: pqn_atari.validate_and_derive(pqn_atari.Args(runs_dir="/tmp", **flags))  # noqa: E731
+    args = derive(num_envs=32, num_steps=16, minibatch_size=64, lr_scaling="sqrt", anneal_lr=False)
+    assert args.batch_size == 512 and pqn_atari.phase_at(args, 0) == (32, 16, 64)
+    assert pqn_atari.learning_rate(args, 32, 5000) == pytest.approx(2.5e-4 * 2)  # k = 32 / 8 = 4
+    args = derive(num_envs=16, lr_scaling="linear")
+    assert pqn_atari.phase_at(args, 0) == (16, 128, 2048 // 4)
+    assert args.num_iterations == 10_000_000 // 2048 and args.planned_steps == args.num_iterations * 2048
+    assert pqn_atari.learning_rate(args, 16, 0) == pytest.approx(5e-4)
+    assert pqn_atari.learning_rate(args, 16, args.planned_steps // 2) == pytest.approx(2.5e-4)  # annealed
+    assert pqn_atari.learning_rate(derive(num_envs=16, lr_scaling="inverse"), 16, 0) == pytest.approx(1.25e-4)
+    args = derive(total_timesteps=1000, schedule="0:2x16,0.5:4x16")  # 16 batches of 32 to step 512, then 7 of 64
+    assert args.phases == [(0, 2, 16), (500, 4, 16)] and args.num_iterations == 23 and args.planned_steps == 960
