@@ -45,7 +45,10 @@ METRIC_TITLES = {
     "metrics/ess_pct": "effective sample size (%)", "metrics/policy_variance": "policy variance",
     "metrics/kl_behavior": "KL(behaviour || updated policy)", "metrics/ddr": "data-to-divergence ratio",
     "metrics/kl_prox": "KL(proximal || policy)", "metrics/q_mean": "mean max Q",
+    "charts/num_envs": "N_envs (--schedule)", "charts/clip_coef": "clip epsilon (--target-ddr)",
+    "charts/ewma_com": "EWMA centre of mass (--adapt ewma-com)",
 }  # fmt: skip
+SCHEDULE_TAGS = ("charts/num_envs", "charts/clip_coef", "charts/ewma_com")  # plotted when they change during training
 
 
 # --------------------------------------------------------------------------------------
@@ -92,7 +95,7 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
             "env_id": args["env_id"],
             "config": args["exp_name"],
             "seed": args["seed"],
-            "total_steps": args["num_iterations"] * args["batch_size"],
+            "total_steps": args.get("planned_steps") or args["num_iterations"] * args["batch_size"],
             "scalars": read_scalars(run_dir),
         })  # fmt: skip
     if unfinished:
@@ -280,8 +283,11 @@ def plot_iqm_curves(curve_matrices, grid, colors, label, reps, out, pdf) -> None
 
 
 def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
-    tags = sorted({tag for by_game in groups.values() for game_runs in by_game.values() for run in game_runs
-                   for tag in run["scalars"] if tag.startswith("metrics/")})  # fmt: skip
+    runs = [run for by_game in groups.values() for game_runs in by_game.values() for run in game_runs]
+    tags = sorted({tag for run in runs for tag in run["scalars"] if tag.startswith("metrics/")})
+    tags += [
+        tag for tag in SCHEDULE_TAGS if len({value for run in runs for value in run["scalars"].get(tag, ((), ()))[1]}) > 1
+    ]
     if not tags:
         return tags
     figure, axes = panel_grid(len(tags))
@@ -309,8 +315,8 @@ def plot_score_vs_envs(summary, label, out, pdf) -> None:
     """Final IQM against N_envs, one line per rollout length N_RO (the rebuttal's figure)."""
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
-    for num_steps in sorted({row["num_steps"] for row in summary}):
-        rows = sorted((row for row in summary if row["num_steps"] == num_steps), key=lambda row: row["num_envs"])
+    for num_steps in sorted({row["num_steps"] for row in summary if not row["schedule"]}):
+        rows = sorted((r for r in summary if r["num_steps"] == num_steps and not r["schedule"]), key=lambda r: r["num_envs"])
         x = [row["num_envs"] for row in rows]
         y = np.array([row["iqm"] for row in rows])
         error = np.array([[row["iqm"] - row["ci"][0] for row in rows], [row["ci"][1] - row["iqm"] for row in rows]])
@@ -374,7 +380,7 @@ def report(sweep_dir: str, out_dir: str, final_fraction: float, points: int, rep
         ddrs = [run["scalars"]["metrics/ddr"][1].mean() for game_runs in groups[config].values()
                 for run in game_runs if "metrics/ddr" in run["scalars"]]  # fmt: skip
         summary.append({
-            "config": config, "num_envs": flags["num_envs"], "num_steps": flags["num_steps"],
+            "config": config, "num_envs": flags["num_envs"], "num_steps": flags["num_steps"], "schedule": flags.get("schedule"),
             "batch_size": flags["batch_size"], "update_epochs": flags["update_epochs"], "runs": matrix.shape[0],
             "iqm": float(estimates[config][0]), "ci": (float(intervals[config][0][0]), float(intervals[config][1][0])),
             "mean": float(np.nanmean(matrix)), "ddr": float(np.mean(ddrs)) if ddrs else float("nan"),
@@ -405,7 +411,8 @@ def report(sweep_dir: str, out_dir: str, final_fraction: float, points: int, rep
         "|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for row in summary:
-        lines.append(f"| {row['config']} | {row['num_envs']} | {row['num_steps']} | {row['batch_size']} | "
+        sizes = f"{row['num_envs']} | {row['num_steps']}" if not row["schedule"] else f"schedule {row['schedule']} | "
+        lines.append(f"| {row['config']} | {sizes} | {row['batch_size']} | "
                      f"{row['update_epochs']} | {row['runs']} | {row['iqm']:.3f} [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}] "
                      f"| {row['mean']:.3f} | {row['ddr']:.4g} |")  # fmt: skip
     lines += ["", f"Mean final {label} per game (over seeds):", "",

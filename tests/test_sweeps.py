@@ -271,3 +271,35 @@ def test_aggregate_bad_input_exits_2(tmp_path):
     assert result.returncode == 2 and "is not a directory" in result.stderr
     empty = subprocess.run([sys.executable, AGGREGATE, "report", str(tmp_path)], capture_output=True, text=True)
     assert empty.returncode != 0 and "no finished run" in empty.stderr
+
+
+def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_path):
+    """Synthetic runs of sweeps/schedules.sh: a fixed 8 x 128 run and a growing schedule with --target-ddr. The table
+    names the schedule, the N_envs plot leaves it out, and the dynamics figure gains the N_envs and clip epsilon
+    panels (the only tags that change during training), not the EWMA one."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from sweeps import aggregate
+
+    for name, schedule in (("ppo_fixed_8x128", None), ("ppo_grow", "0:8x128,0.5:32x32")):
+        run_dir = tmp_path / f"Breakout-v5__{name}__1__100"
+        json.dump({"env_id": "Breakout-v5", "exp_name": name, "seed": 1, "num_envs": 8, "num_steps": 128,
+                   "schedule": schedule, "batch_size": 1024, "update_epochs": 4, "num_iterations": 4,
+                   "planned_steps": 4096}, open(tmp_path.joinpath(run_dir.name + ".json"), "w"))  # fmt: skip
+        writer = SummaryWriter(str(run_dir))
+        for step in (1024, 2048, 3072, 4096):
+            writer.add_scalar("charts/episodic_return", step / 100, step)
+            writer.add_scalar("charts/num_envs", 8 if schedule is None or step <= 2048 else 32, step)
+            writer.add_scalar("charts/clip_coef", 0.1 if schedule is None else 0.1 + step / 1e5, step)
+            writer.add_scalar("charts/ewma_com", 8.0, step)
+            writer.add_scalar("metrics/ddr", 1e5, step)
+        writer.close()
+        os.replace(tmp_path / f"{run_dir.name}.json", run_dir / "args.json")
+        (run_dir / "done.json").write_text("{}")
+    aggregate.report(str(tmp_path), str(tmp_path / "report"), 0.5, 20, 200, pdf=False, include_unfinished=False)
+    table = (tmp_path / "report" / "report.md").read_text()
+    assert "| ppo_grow | schedule 0:8x128,0.5:32x32 |  | 1024 |" in table and "| ppo_fixed_8x128 | 8 | 128 | 1024 |" in table
+    groups = aggregate.group_runs(aggregate.load_runs(str(tmp_path), include_unfinished=False))
+    colors = aggregate.config_colors(sorted(groups))
+    tags = aggregate.plot_metric_curves(groups, np.linspace(0, 4096, 9)[1:], colors, str(tmp_path / "dynamics.png"), False)
+    assert tags == ["metrics/ddr", "charts/num_envs", "charts/clip_coef"] and (tmp_path / "dynamics.png").exists()
