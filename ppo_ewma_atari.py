@@ -8,7 +8,7 @@ for off-policyness (importance weight pi_prox / pi_behavior), but the clipping r
 *proximal* policy, an exponentially weighted moving average of the weights over optimizer steps whose
 centre of mass (`--ewma-com`) sets how old the reference is, independently of how the data was collected.
 Everything else is ppo_atari_envpool.py (same defaults, flags, tags, metrics, checkpoints, `--resume`
-and torchrun), plus `metrics/kl_prox`.
+and torchrun, `--schedule`, `--target-ddr`), plus `metrics/kl_prox` and `--adapt ewma-com` (the DDR sets the centre of mass).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from types import SimpleNamespace
 from typing import Literal
 
@@ -89,6 +89,8 @@ class Args:
     """N_envs: parallel environments"""
     num_steps: int = 128
     """N_RO: rollout length per environment and iteration"""
+    schedule: str | None = None
+    """N_envs x N_RO by fraction of the budget instead, e.g. 0:8x128,0.5:32x32,0.8:128x8 (each phase a new EnvPool pool)"""
     # Optimisation
     learning_rate: float = 2.5e-4
     """Adam learning rate (before --lr-scaling)"""
@@ -124,6 +126,20 @@ class Args:
     """global gradient norm clipping"""
     target_kl: float | None = None
     """stop the epochs early when approx KL exceeds this"""
+    target_ddr: float | None = None
+    """adapt --clip-coef (or --ewma-com: --adapt) after every iteration so that the data-to-divergence ratio, batch / KL, tracks this (Beukman et al. 2026)"""
+    target_ddr_final: float | None = None
+    """with --target-ddr: the target grows geometrically to this value by the end of training (Beukman: DDR must increase)"""
+    adapt_rate: float = 0.1
+    """with --target-ddr: clip_coef *= (DDR / target) ** adapt_rate after every iteration (ewma_com: ** -adapt_rate)"""
+    adapt: Literal["clip-coef", "ewma-com"] = "clip-coef"
+    """with --target-ddr: what follows the DDR: PPO's clipping epsilon, or the proximal policy's centre of mass (an older proximal policy, a smaller outer step)"""
+    clip_coef_bounds: tuple[float, float] = (0.01, 0.5)
+    """with --target-ddr: the adapted clip_coef stays in [low, high]"""
+    ewma_com_bounds: tuple[float, float] = (0.5, 512.0)
+    """with --target-ddr --adapt ewma-com: the adapted ewma_com stays in [low, high]"""
+    ddr_batch: int = 512
+    """with --target-ddr: states for the KL of the iterations without metrics (those use the metrics batch)"""
     separate_networks: bool = False
     """actor and critic get their own Nature-CNN encoder (paper Fig. 5)"""
     ewma_com: float = 8.0
@@ -142,9 +158,10 @@ class Args:
     embeddings_per_iteration: int = 256
     """states saved per metrics iteration with --save-embeddings"""
     # Derived after validation (not flags)
-    batch_size: tyro.conf.Suppress[int] = 0
+    phases: tyro.conf.Suppress[list] = field(default_factory=list)  # (first step, N_envs, N_RO) of each phase
+    batch_size: tyro.conf.Suppress[int] = 0  # of the first phase
     num_iterations: tyro.conf.Suppress[int] = 0
-    scaled_learning_rate: tyro.conf.Suppress[float] = 0.0
+    planned_steps: tyro.conf.Suppress[int] = 0  # steps of the num_iterations full batches that fit the budget
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -308,14 +325,15 @@ def ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch: 
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
-def minibatch_backward(agent: Agent, proximal: Agent, minibatch: dict[str, torch.Tensor],
-                       args: Args) -> dict[str, torch.Tensor]:  # fmt: skip
+def minibatch_backward(agent: Agent, proximal: Agent, minibatch: dict[str, torch.Tensor], args: Args,
+                       clip_coef: torch.Tensor) -> dict[str, torch.Tensor]:  # fmt: skip
     """Forward passes (agent; proximal network, not differentiated), PPO-EWMA loss and backward pass of one minibatch
-    (one compiled graph with --compile); the loss statistics."""
+    (one compiled graph with --compile); the loss statistics. clip_coef comes as a tensor: --target-ddr changes it
+    every iteration, which would recompile a graph that held a float."""
     _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
     with torch.no_grad():
         proximal_logprob = proximal.get_action_and_value(minibatch["obs"], minibatch["actions"])[1]
-    loss, stats = ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch, clip_coef=args.clip_coef,
+    loss, stats = ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch, clip_coef=clip_coef,
                                 clip_vloss=args.clip_vloss, ent_coef=args.ent_coef, vf_coef=args.vf_coef,
                                 norm_adv=args.norm_adv, importance_weight_cap=args.importance_weight_cap)  # fmt: skip
     loss.backward()
@@ -334,20 +352,50 @@ def ewma_update(proximal: nn.Module, current: nn.Module, weight_sum: float, beta
     return new_weight_sum
 
 
+def adapted_step_size(
+    value: float, ddr: float, target: float, rate: float, bounds: tuple[float, float], sign: int = 1
+) -> float:
+    """One step in log space towards the target data-to-divergence ratio: value * (DDR / target) ** (sign * rate), kept
+    in bounds. sign +1 for a clipping epsilon (a larger epsilon, a larger KL, a smaller DDR): a DDR under the target
+    shrinks it; sign -1 for the EWMA's centre of mass (a larger one, an older proximal policy, a smaller KL): a DDR
+    under the target raises it."""
+    return min(max(value * (ddr / target) ** (sign * rate), bounds[0]), bounds[1])
+
+
+@torch.no_grad()
+def behavior_kl(agent: Agent, obs: torch.Tensor, behavior_logits: torch.Tensor) -> float:
+    """KL(behaviour policy || updated policy), the mean over the states: the divergence of the DDR."""
+    return metrics.categorical_kl(behavior_logits, agent.actor(agent.features(obs)[0])).mean().item()
+
+
+def target_ddr(args: Args, step: int) -> float:
+    """--target-ddr, grown geometrically to --target-ddr-final (when given) over the planned steps."""
+    growth = args.target_ddr_final / args.target_ddr if args.target_ddr_final else 1.0
+    return args.target_ddr * growth ** (step / args.planned_steps)
+
+
+def phase_at(args: Args, step: int) -> tuple[int, int, int]:
+    """N_envs, N_RO and the minibatch size (all processes together) of the phase that `step` falls in: a fixed
+    --minibatch-size stays, else the number of minibatches does."""
+    _, num_envs, num_steps = [phase for phase in args.phases if phase[0] <= step][-1]
+    return num_envs, num_steps, args.minibatch_size or num_envs * num_steps // args.num_minibatches
+
+
+def learning_rate(args: Args, num_envs: int, step: int) -> float:
+    """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
+    k = num_envs / args.lr_reference_envs
+    scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
+    return scaled * (1 - step / args.planned_steps) if args.anneal_lr else scaled
+
+
 def main() -> None:
     args, checkpoint = parse_args()
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
     device = torch.device(f"cuda:{LOCAL_RANK}" if args.cuda and torch.cuda.is_available() else "cpu")
-    # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
-    num_envs, minibatch_size = args.num_envs // WORLD_SIZE, args.minibatch_size // WORLD_SIZE
 
-    # A resumed run starts new games from another env seed: EnvPool's emulator state cannot be saved.
-    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, max_episode_steps=args.max_episode_steps,
-                        seed=args.seed + start_iteration - 1 + RANK * num_envs, episodic_life=True, reward_clip=True)  # fmt: skip
-    num_actions = envs.action_space.n
+    num_actions = envpool.make_spec(args.env_id).action_space.n
     agent = Agent(num_actions, args.separate_networks, args.channels_last).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     act, backward = agent.get_action_and_value, minibatch_backward
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
         act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
@@ -355,40 +403,48 @@ def main() -> None:
     proximal = copy.deepcopy(agent).requires_grad_(False)
     ewma_beta, ewma_weight_sum = args.ewma_com / (args.ewma_com + 1), checkpoint["ewma_weight_sum"] if checkpoint else 1.0
     global_step = restore_checkpoint(checkpoint, model=agent, optimizer=optimizer, proximal=proximal) if checkpoint else 0
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
     if WORLD_SIZE > 1:  # the same initial weights everywhere, but each process its own action noise
         torch.manual_seed(hash((args.seed, RANK, start_iteration)))
 
-    # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
-    size = (args.num_steps, num_envs)
-    rollout = {
-        "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
-        "actions": torch.zeros(size, dtype=torch.long, device=device),
-        "logits": torch.zeros(size + (num_actions,), device=device),
-    }
-    for name in ("logprobs", "values", "rewards", "terminations", "truncations", "valid"):
-        rollout[name] = torch.zeros(size, device=device)
-    # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
-    host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
-
-    next_obs = torch.tensor(envs.reset()[0], device=device)
-    next_done = np.zeros(num_envs, dtype=np.float32)
     # Full-game statistics: EnvPool's episodic_life ends an "episode" per life, but the score
     # that matters is the whole game (info["terminated"] marks the real game over).
-    game_return = np.zeros(num_envs)
     finished_games: list[tuple[int, float, int]] = []  # (global step, return, length)
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step = time.time(), global_step
+    start_time, start_step, envs, phase, iteration = time.time(), global_step, None, None, start_iteration - 1
 
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = args.scaled_learning_rate * (1 - (iteration - 1) / args.num_iterations)
+        if phase_at(args, global_step) != phase:  # EnvPool cannot resize a pool: a new phase plays new games in a new pool
+            phase = phase_at(args, global_step)
+            # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
+            (num_envs, num_steps, minibatch_size), batch_size = (phase[0] // WORLD_SIZE, *phase[1:]), phase[0] * phase[1]
+            minibatch_size //= WORLD_SIZE
+            if envs is not None:
+                envs.close()
+            # A resumed run or a new phase starts new games from another env seed: EnvPool's state cannot be saved.
+            envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, max_episode_steps=args.max_episode_steps,
+                                seed=args.seed + iteration - 1 + RANK * num_envs, episodic_life=True, reward_clip=True)  # fmt: skip
+            # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
+            size = (num_steps, num_envs)
+            rollout = {
+                "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+                "actions": torch.zeros(size, dtype=torch.long, device=device),
+                "logits": torch.zeros(size + (num_actions,), device=device),
+            }
+            for name in ("logprobs", "values", "rewards", "terminations", "truncations", "valid"):
+                rollout[name] = torch.zeros(size, device=device)
+            # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
+            host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
+            next_obs = torch.tensor(envs.reset()[0], device=device)
+            next_done, game_return = np.zeros(num_envs, dtype=np.float32), np.zeros(num_envs)
+        optimizer.param_groups[0]["lr"] = learning_rate(args, phase[0], global_step)
 
         rollout_start_step = global_step
-        for step in range(args.num_steps):
+        for step in range(num_steps):
             if stop_requested(stop_signal):
                 break
-            global_step += args.num_envs
+            global_step += phase[0]
             rollout["obs"][step] = next_obs
             host["valid"][step] = reset_step_mask(next_done)
             with torch.inference_mode():
@@ -425,14 +481,14 @@ def main() -> None:
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
-        grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
+        grad_norms, minibatch_stats, gradient_kurtosis, clip_coef = [], [], None, torch.tensor(args.clip_coef, device=device)
         for _epoch in range(args.update_epochs):
             permutation = torch.randperm(len(batch["obs"]), device=device)
             for start in range(0, len(batch["obs"]), minibatch_size):
                 minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
                 optimizer.zero_grad()
                 # .clone(): a CUDA graph overwrites its outputs at its next replay
-                stats = {name: value.clone() for name, value in backward(agent, proximal, minibatch, args).items()}
+                stats = {name: value.clone() for name, value in backward(agent, proximal, minibatch, args, clip_coef).items()}
                 all_ranks_sum_gradients(agent.parameters())
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
@@ -444,23 +500,38 @@ def main() -> None:
                 break
 
         valid = batch["valid"].bool()
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        charts = {"learning_rate": optimizer.param_groups[0]["lr"], "num_envs": phase[0], "num_steps": num_steps,
+                  "batch_size": batch_size, "clip_coef": args.clip_coef, "ewma_com": args.ewma_com}  # fmt: skip
+        for name, value in charts.items():
+            writer.add_scalar(f"charts/{name}", value, global_step)
         for name in minibatch_stats[0]:  # means over the update's minibatches
             writer.add_scalar(
                 f"losses/{name}", all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()), global_step
             )
         explained = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
         writer.add_scalar("losses/explained_variance", explained, global_step)
-        if measure:
+        measured = {}
+        if measure or args.target_ddr:
             valid_index = torch.nonzero(valid).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
+        if measure:
             measured = measure_agent(agent, batch["obs"][sample], batch["actions"][sample], batch["logits"][sample],
-                                     args.batch_size, args.dormant_tau, proximal)  # fmt: skip
+                                     batch_size, args.dormant_tau, proximal)  # fmt: skip
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
-            for name, value in measured.items():
-                writer.add_scalar(f"metrics/{name}", value, global_step)
             if args.save_embeddings and RANK == 0:
                 embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
+        if args.target_ddr:  # the outer step follows the DDR of this update, the same in every process
+            kl = measured.get("kl_behavior") or behavior_kl(agent, batch["obs"][sample[: args.ddr_batch]],
+                                                            batch["logits"][sample[: args.ddr_batch]])  # fmt: skip
+            measured["ddr"] = metrics.data_to_divergence_ratio(batch_size, float(all_ranks_sum(torch.tensor(kl))) / WORLD_SIZE)
+            ddr, target = measured["ddr"], target_ddr(args, global_step)
+            if args.adapt == "clip-coef":
+                args.clip_coef = adapted_step_size(args.clip_coef, ddr, target, args.adapt_rate, args.clip_coef_bounds)
+            else:  # the EWMA weight sum stays: only the discount of the steps to come changes
+                args.ewma_com = adapted_step_size(args.ewma_com, ddr, target, args.adapt_rate, args.ewma_com_bounds, sign=-1)
+                ewma_beta = args.ewma_com / (args.ewma_com + 1)
+        for name, value in measured.items():
+            writer.add_scalar(f"metrics/{name}", value, global_step)
 
         # After the metrics, so that SPS counts everything an iteration costs.
         writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
@@ -470,9 +541,10 @@ def main() -> None:
             save_checkpoint(run_dir, args, iteration, global_step, embeddings, model=agent, optimizer=optimizer,
                             proximal=proximal, ewma_weight_sum=ewma_weight_sum)  # fmt: skip
 
-    envs.close()
-    finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, model=agent, optimizer=optimizer,
-               proximal=proximal, ewma_weight_sum=ewma_weight_sum)  # fmt: skip
+    if envs is not None:
+        envs.close()
+    finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, model=agent,
+               optimizer=optimizer, proximal=proximal, ewma_weight_sum=ewma_weight_sum)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------
@@ -506,40 +578,63 @@ def parse_args() -> tuple[Args, dict | None]:
     return validate_and_derive(args), checkpoint
 
 
+def parse_schedule(text: str) -> list[tuple[float, int, int]]:
+    """'0:8x128,0.5:32x32' -> [(0.0, 8, 128), (0.5, 32, 32)]: from that fraction of the budget on, N_envs x N_RO."""
+    try:
+        phases = [(float(start), int(shape.split("x")[0]), int(shape.split("x")[1]))
+                  for start, shape in (part.split(":") for part in text.split(","))]  # fmt: skip
+    except (ValueError, IndexError):
+        fail(f"--schedule {text!r}: write phases as START:NUM_ENVSxNUM_STEPS, e.g. 0:8x128,0.5:32x32,0.8:128x8")
+    starts = [start for start, _, _ in phases]
+    if starts[0] != 0 or starts != sorted(set(starts)) or starts[-1] >= 1:
+        fail(f"--schedule {text!r}: the phases must start at 0 and at increasing fractions of the budget below 1")
+    if min(size for phase in phases for size in phase[1:]) < 1:
+        fail(f"--schedule {text!r}: N_envs and N_RO must be > 0")
+    return phases
+
+
 def validate_and_derive(args: Args) -> Args:
     """Check every flag before anything is created (one line, exit 2); fill in the derived values."""
     flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
     positive = ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches",
                 "lr_reference_envs", "metrics_batch", "embeddings_per_iteration", "learning_rate", "adam_eps", "clip_coef",
-                "max_grad_norm", "importance_weight_cap", "target_kl", "minibatch_size", "torch_threads")  # fmt: skip
+                "max_grad_norm", "importance_weight_cap", "target_kl", "minibatch_size", "torch_threads", "target_ddr",
+                "target_ddr_final", "adapt_rate", "ddr_batch")  # fmt: skip
     non_negative = ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau", "ewma_com")
-    args.batch_size = args.num_envs * args.num_steps
-    minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
-    split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
     value = lambda name: getattr(args, name)  # noqa: E731
     checks = [(value(name) is None or value(name) > 0, f"{flag(name)} must be > 0, got {value(name)}") for name in positive]
     checks += [(getattr(args, name) >= 0, f"{flag(name)} must be >= 0, got {getattr(args, name)}") for name in non_negative]
+    phases = parse_schedule(args.schedule) if args.schedule else [(0.0, args.num_envs, args.num_steps)]
+    split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
+    for _, num_envs, num_steps in phases:
+        batch_size = num_envs * num_steps
+        minibatch_size = args.minibatch_size or batch_size // max(args.num_minibatches, 1)
+        checks += [
+            (minibatch_size > 0 and batch_size % minibatch_size == 0,
+             f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches"),
+            (num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
+             f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"),
+        ]  # fmt: skip
     checks += [
         (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
         (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
+        (0 < args.clip_coef_bounds[0] <= args.clip_coef_bounds[1], f"--clip-coef-bounds {args.clip_coef_bounds} is not 0 < low <= high"),
+        (0 < args.ewma_com_bounds[0] <= args.ewma_com_bounds[1], f"--ewma-com-bounds {args.ewma_com_bounds} is not 0 < low <= high"),
         (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
-        (minibatch_size > 0 and args.batch_size % minibatch_size == 0,
-         f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches"),
-        (args.total_timesteps >= args.batch_size,
-         f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})"),
-        (args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
-         f"--num-envs {args.num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"),
+        (args.total_timesteps >= phases[0][1] * phases[0][2],
+         f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {phases[0][1] * phases[0][2]})"),
     ]  # fmt: skip
     for ok, message in checks:
         if not ok:
             fail(message)
-    args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
-    args.num_iterations = args.total_timesteps // args.batch_size
-    k = args.num_envs / args.lr_reference_envs  # paper Fig. 11
-    lr_factor = {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
-    args.scaled_learning_rate = args.learning_rate * lr_factor
+    args.phases = [(int(start * args.total_timesteps), num_envs, num_steps) for start, num_envs, num_steps in phases]
+    args.num_envs, args.num_steps = phases[0][1:]
+    args.batch_size, args.planned_steps, args.num_iterations = args.num_envs * args.num_steps, 0, 0
+    batch_at = lambda step: phase_at(args, step)[0] * phase_at(args, step)[1]  # noqa: E731
+    while args.planned_steps + batch_at(args.planned_steps) <= args.total_timesteps:  # the full batches that fit the budget
+        args.planned_steps, args.num_iterations = args.planned_steps + batch_at(args.planned_steps), args.num_iterations + 1
     return args
 
 
@@ -645,13 +740,13 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     return checkpoint["global_step"]
 
 
-def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **modules) -> None:
+def finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, **modules) -> None:
     """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
     embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
     progress.close()
     writer.close()
-    iteration = global_step // args.batch_size  # iterations completed: an interrupted rollout is not counted
-    interrupted = bool(stop_signal) and iteration < args.num_iterations
+    interrupted = bool(stop_signal) and global_step < args.planned_steps
+    iteration -= interrupted  # the interrupted rollout is not counted
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
     save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
     if dist.is_initialized():  # the summed gradients keep every process's weights (and so proximal ones) identical

@@ -23,7 +23,7 @@ from torch import nn
 import ppo_ewma_atari
 from ppo_atari_envpool import Args as PPOArgs
 from ppo_atari_envpool import ppo_loss
-from ppo_ewma_atari import ewma_update, ppo_ewma_loss
+from ppo_ewma_atari import adapted_step_size, ewma_update, ppo_ewma_loss
 
 SCRIPT = "ppo_ewma_atari.py"
 
@@ -96,6 +96,15 @@ def test_ewma_is_the_bias_corrected_weighted_average():
     assert run_ewma(beta, [1.0])[0] == pytest.approx(2 / 3)
 
 
+def test_adapted_centre_of_mass_rises_when_the_ddr_is_under_the_target_and_stays_in_bounds():
+    bounds = (0.5, 512.0)
+    assert adapted_step_size(8.0, 250.0, 1000.0, 0.5, bounds, sign=-1) == pytest.approx(16.0)  # (1/4) ** -0.5 = 2
+    assert adapted_step_size(8.0, 4000.0, 1000.0, 0.5, bounds, sign=-1) == pytest.approx(4.0)
+    assert adapted_step_size(400.0, 1.0, 1000.0, 1.0, bounds, sign=-1) == 512.0
+    assert adapted_step_size(1.0, 1e6, 1000.0, 1.0, bounds, sign=-1) == 0.5
+    assert adapted_step_size(0.2, 250.0, 1000.0, 0.5, (0.01, 0.5)) == pytest.approx(0.1)  # sign +1: the epsilon shrinks
+
+
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     result = run_script(SCRIPT, *tiny_ppo_flags, "--runs-dir", str(tmp_path), "--ewma-com", "4", "--checkpoint-interval", "4",
                         "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video")  # fmt: skip
@@ -105,11 +114,48 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     expected = PPO_TAGS | {"metrics/kl_prox"}
     assert expected <= set(scalars), expected - set(scalars)
     assert all(value >= 0 for _, value in scalars["metrics/kl_prox"])
+    args = json.load(open(os.path.join(run_dir, "args.json")))
+    assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16]] and args["planned_steps"] == 256
     checkpoint = check_run_artifacts(
         run_dir, "ppo_ewma_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
     )
     assert checkpoint["ewma_weight_sum"] > 1.0
     assert set(checkpoint["proximal"]) == set(checkpoint["model"])
+
+
+def test_schedule_phases_and_ddr_target_by_step():
+    args = ppo_ewma_atari.validate_and_derive(ppo_ewma_atari.Args(
+        schedule="0:8x128,0.5:32x32,0.8:128x16", minibatch_size=256, total_timesteps=10_000, target_ddr=100.0,
+        target_ddr_final=10_000.0, runs_dir="/tmp"))  # fmt: skip
+    assert args.phases == [(0, 8, 128), (5000, 32, 32), (8000, 128, 16)]
+    assert ppo_ewma_atari.phase_at(args, 8000) == (128, 16, 256)  # a fixed minibatch size stays
+    assert (args.num_iterations, args.planned_steps, args.num_envs, args.num_steps) == (8, 8192, 8, 128)
+    assert ppo_ewma_atari.learning_rate(args, 8, 4096) == pytest.approx(2.5e-4 / 2)  # annealed over the planned steps
+    assert ppo_ewma_atari.target_ddr(args, 4096) == pytest.approx(1000.0)  # geometric: halfway, a factor of 10
+
+
+def test_schedule_and_target_ddr_adapt_the_centre_of_mass_across_phases_and_a_resume(tmp_path, tiny_ppo_flags):
+    """Two phases (2 x 16, then 4 x 8 from half of 500 steps) and a DDR target far under the tiny run's DDR: interrupted
+    and resumed, every iteration logs its phase's sizes once, the centre of mass only falls, each value the last one
+    adapted to its DDR (the checkpoint carries it), and the run ends at the 15 full batches that fit, step 480."""
+    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.5:4x8", "--target-ddr", "1000",
+             "--adapt", "ewma-com"]  # fmt: skip
+    flags[flags.index("--total-timesteps") + 1] = "500"
+    interrupt_with_sigterm(SCRIPT, flags)
+    run_dir = only_run_dir(tmp_path)
+    result = run_script(SCRIPT, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 480, "iterations": 15}
+    scalars = read_scalars(run_dir)
+    values = lambda tag: [value for _, value in scalars[tag]]  # noqa: E731
+    steps = [32 * i for i in range(1, 16)]
+    assert [step for step, _ in scalars["metrics/ddr"]] == [step for step, _ in scalars["charts/ewma_com"]] == steps
+    assert values("charts/num_envs") == [2] * 8 + [4] * 7 and values("charts/num_steps") == [16] * 8 + [8] * 7
+    assert values("charts/batch_size") == [32] * 15 and values("charts/clip_coef") == pytest.approx([0.1] * 15)
+    coms, ddrs = values("charts/ewma_com"), values("metrics/ddr")
+    assert coms[0] == 8.0 and coms[-1] < 8.0 and coms == sorted(coms, reverse=True) and min(coms) >= 0.5
+    for com, ddr, next_com in zip(coms[:-1], ddrs[:-1], coms[1:], strict=True):
+        assert next_com == pytest.approx(adapted_step_size(com, ddr, 1000, 0.1, (0.5, 512.0), sign=-1), rel=1e-5)
 
 
 def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path, tiny_ppo_flags):
@@ -148,6 +194,8 @@ def test_sigterm_and_resume_keep_the_proximal_policy(tmp_path, tiny_ppo_flags):
         (["--ewma-com", "-1"], "--ewma-com must be >= 0, got -1"),
         (["--importance-weight-cap", "0"], "--importance-weight-cap must be > 0, got 0"),
         (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
+        (["--ewma-com-bounds", "5", "1"], "--ewma-com-bounds (5.0, 1.0) is not 0 < low <= high"),
+        (["--schedule", "0.5:8x128"], "--schedule '0.5:8x128': the phases must start at 0"),
         (["--resume", "/no/such.pt"], "no such checkpoint file"),
         (["--torch-threads", "0"], "--torch-threads must be > 0, got 0"),
         (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
