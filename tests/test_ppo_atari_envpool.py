@@ -398,9 +398,12 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
 
 
 def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
-    single = run_script(SCRIPT, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "single"))
+    """Also with a schedule and a DDR target: each phase's envs split over the processes, and the adapted clip epsilon
+    (from the KL averaged over the processes) stays the same everywhere, as the identical weights show."""
+    flags = [*TORCHRUN_FLAGS, "--schedule", "0:4x16,0.5:8x8", "--target-ddr", "1000"]
+    single = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path / "single"))
     assert single.returncode == 0, single.stderr
-    result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "two"), "--save-model")
+    result = run_torchrun(SCRIPT, 2, *flags, "--runs-dir", str(tmp_path / "two"), "--save-model")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
@@ -410,9 +413,11 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     scalars = read_scalars(run_dir)
     assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
     assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 9)]
-    # 4 envs, 40-step time limit, 128 steps each: at least 3 games per env, from both processes
-    assert len(scalars["charts/episodic_length"]) >= 12
+    # 4 envs, 40-step time limit, 64 steps each in the first phase: a game per env, from both processes
+    assert len(scalars["charts/episodic_length"]) >= 4
     assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
+    assert [value for _, value in scalars["charts/num_envs"]] == [4] * 4 + [8] * 4
+    assert len({value for _, value in scalars["charts/clip_coef"]}) > 1
 
 
 def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
