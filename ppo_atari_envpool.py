@@ -306,9 +306,7 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
-def minibatch_backward(
-    agent: Agent, minibatch: dict[str, torch.Tensor], args: Args, clip_coef: torch.Tensor
-) -> dict[str, torch.Tensor]:
+def minibatch_backward(agent: Agent, minibatch: dict, args: Args, clip_coef: torch.Tensor) -> dict[str, torch.Tensor]:
     """Forward pass, PPO loss and backward pass of one minibatch (one compiled graph with --compile); the loss statistics.
     clip_coef comes as a tensor: --target-ddr changes it every iteration, which would recompile a graph that held a float."""
     _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
@@ -318,9 +316,7 @@ def minibatch_backward(
     return stats
 
 
-def adapted_step_size(
-    value: float, ddr: float, target: float, rate: float, bounds: tuple[float, float], sign: int = 1
-) -> float:
+def adapted_step_size(value: float, ddr: float, target: float, rate: float, bounds: tuple, sign: int = 1) -> float:
     """One step in log space towards the target data-to-divergence ratio: value * (DDR / target) ** (sign * rate), kept
     in bounds. sign +1 for a clipping epsilon (a larger epsilon, a larger KL, a smaller DDR): a DDR under the target
     shrinks it."""
@@ -378,10 +374,10 @@ def main() -> None:
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         if phase_at(args, global_step) != phase:  # EnvPool cannot resize a pool: a new phase plays new games in a new pool
-            phase = phase_at(args, global_step)
+            phase = phase_at(args, global_step)  # N_envs, N_RO, minibatch size
+            batch_size, num_steps = phase[0] * phase[1], phase[1]
             # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
-            (num_envs, num_steps, minibatch_size), batch_size = (phase[0] // WORLD_SIZE, *phase[1:]), phase[0] * phase[1]
-            minibatch_size //= WORLD_SIZE
+            num_envs, minibatch_size = phase[0] // WORLD_SIZE, phase[2] // WORLD_SIZE
             if envs is not None:
                 envs.close()
             # A resumed run or a new phase starts new games from another env seed: EnvPool's state cannot be saved.

@@ -352,9 +352,7 @@ def ewma_update(proximal: nn.Module, current: nn.Module, weight_sum: float, beta
     return new_weight_sum
 
 
-def adapted_step_size(
-    value: float, ddr: float, target: float, rate: float, bounds: tuple[float, float], sign: int = 1
-) -> float:
+def adapted_step_size(value: float, ddr: float, target: float, rate: float, bounds: tuple, sign: int = 1) -> float:
     """One step in log space towards the target data-to-divergence ratio: value * (DDR / target) ** (sign * rate), kept
     in bounds. sign +1 for a clipping epsilon (a larger epsilon, a larger KL, a smaller DDR): a DDR under the target
     shrinks it; sign -1 for the EWMA's centre of mass (a larger one, an older proximal policy, a smaller KL): a DDR
@@ -416,10 +414,10 @@ def main() -> None:
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         if phase_at(args, global_step) != phase:  # EnvPool cannot resize a pool: a new phase plays new games in a new pool
-            phase = phase_at(args, global_step)
+            phase = phase_at(args, global_step)  # N_envs, N_RO, minibatch size
+            batch_size, num_steps = phase[0] * phase[1], phase[1]
             # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
-            (num_envs, num_steps, minibatch_size), batch_size = (phase[0] // WORLD_SIZE, *phase[1:]), phase[0] * phase[1]
-            minibatch_size //= WORLD_SIZE
+            num_envs, minibatch_size = phase[0] // WORLD_SIZE, phase[2] // WORLD_SIZE
             if envs is not None:
                 envs.close()
             # A resumed run or a new phase starts new games from another env seed: EnvPool's state cannot be saved.
