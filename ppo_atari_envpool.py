@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -533,17 +534,12 @@ def parse_args() -> tuple[Args, dict | None]:
 
 def parse_schedule(text: str) -> list[tuple[float, int, int]]:
     """'0:8x128,0.5:32x32' -> [(0.0, 8, 128), (0.5, 32, 32)]: from that fraction of the budget on, N_envs x N_RO."""
-    try:
-        phases = [(float(start), int(shape.split("x")[0]), int(shape.split("x")[1]))
-                  for start, shape in (part.split(":") for part in text.split(","))]  # fmt: skip
-    except (ValueError, IndexError):
-        fail(f"--schedule {text!r}: write phases as START:NUM_ENVSxNUM_STEPS, e.g. 0:8x128,0.5:32x32,0.8:128x8")
-    starts = [start for start, _, _ in phases]
-    if starts[0] != 0 or starts != sorted(set(starts)) or starts[-1] >= 1:
-        fail(f"--schedule {text!r}: the phases must start at 0 and at increasing fractions of the budget below 1")
-    if min(size for phase in phases for size in phase[1:]) < 1:
-        fail(f"--schedule {text!r}: N_envs and N_RO must be > 0")
-    return phases
+    phases = [re.fullmatch(r"(0|0?\.\d+):([1-9]\d*)x([1-9]\d*)", part.strip()) for part in text.split(",")]
+    starts = [float(phase[1]) for phase in phases if phase]
+    if not all(phases) or starts[0] != 0 or starts != sorted(set(starts)):
+        fail(f"--schedule {text!r}: write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0 with increasing fractions "
+             "of the budget below 1 and sizes > 0, e.g. 0:8x128,0.5:32x32,0.8:128x8")  # fmt: skip
+    return [(float(phase[1]), int(phase[2]), int(phase[3])) for phase in phases]
 
 
 def validate_and_derive(args: Args) -> Args:

@@ -195,7 +195,7 @@ def test_sigterm_and_resume_keep_the_proximal_policy(tmp_path, tiny_ppo_flags):
         (["--importance-weight-cap", "0"], "--importance-weight-cap must be > 0, got 0"),
         (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
         (["--ewma-com-bounds", "5", "1"], "--ewma-com-bounds (5.0, 1.0) is not 0 < low <= high"),
-        (["--schedule", "0.5:8x128"], "--schedule '0.5:8x128': the phases must start at 0"),
+        (["--schedule", "0.5:8x128"], "--schedule '0.5:8x128': write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
         (["--resume", "/no/such.pt"], "no such checkpoint file"),
         (["--torch-threads", "0"], "--torch-threads must be > 0, got 0"),
         (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),

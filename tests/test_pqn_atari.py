@@ -254,9 +254,9 @@ BAD_FLAGS = [
     (["--torch-threads", "0"], "--torch-threads must be > 0, got 0"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
-    (["--schedule", "0:2x16,0.5:4x8,0.3:2x8"], "increasing fractions of the budget"),
-    (["--schedule", "0.1:2x16"], "must start at 0"),
-    (["--schedule", "0:8by128"], "write phases as START:NUM_ENVSxNUM_STEPS"),
+    (["--schedule", "0:2x16,0.5:4x8,0.3:2x8"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
+    (["--schedule", "0.1:2x16"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
+    (["--schedule", "0:8by128"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
     (["--schedule", "0:8x128,0.5:3x3"], "--num-minibatches 4 does not divide the batch (num_envs * num_steps = 9)"),
 ]
 
