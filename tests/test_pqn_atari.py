@@ -173,12 +173,16 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     check_run_artifacts(run_dir, "pqn_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40)
 
 
-def test_schedule_changes_the_pool_at_each_phase(tmp_path, tiny_ppo_flags):
-    result = run_script(SCRIPT, *tiny_ppo_flags, "--schedule", "0:2x16,0.5:4x8", "--lr-scaling", "linear",
-                        "--runs-dir", str(tmp_path))  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    run_dir = only_run_dir(tmp_path)
-    scalars = read_scalars(run_dir)
+def test_seeded_runs_are_reproducible_and_a_schedule_changes_the_pool_at_each_phase(tmp_path, tiny_ppo_flags):
+    logged = []
+    for name in ("a", "b"):
+        result = run_script(SCRIPT, *tiny_ppo_flags, "--seed", "3", "--schedule", "0:2x16,0.5:4x8", "--lr-scaling", "linear",
+                            "--runs-dir", str(tmp_path / name))  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        logged.append(read_scalars(only_run_dir(tmp_path / name)))
+    for tag in ("losses/td_loss", "losses/q_values", "metrics/grad_kurtosis", "metrics/q_mean"):
+        assert logged[0][tag] == logged[1][tag], tag
+    scalars = logged[0]
     # 4 iterations of 2 x 16 up to step 128, then 4 of 4 x 8: each tag logged at the end of its iteration
     assert scalars["charts/num_envs"] == [(32 * i, 2 if i <= 4 else 4) for i in range(1, 9)]
     assert scalars["charts/num_steps"] == [(32 * i, 16 if i <= 4 else 8) for i in range(1, 9)]
@@ -186,17 +190,7 @@ def test_schedule_changes_the_pool_at_each_phase(tmp_path, tiny_ppo_flags):
     # the LR of each phase's N_envs (k = N_envs / 8), annealed from the step the iteration starts at
     expected = [2.5e-4 * (2 if i <= 4 else 4) / 8 * (1 - 32 * (i - 1) / 256) for i in range(1, 9)]
     assert [value for _, value in scalars["charts/learning_rate"]] == pytest.approx(expected)
-    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 256, "iterations": 8}
-
-
-def test_seeded_runs_are_reproducible(tmp_path, tiny_ppo_flags):
-    logged = []
-    for name in ("a", "b"):
-        result = run_script(SCRIPT, *tiny_ppo_flags, "--seed", "3", "--runs-dir", str(tmp_path / name))
-        assert result.returncode == 0, result.stderr
-        logged.append(read_scalars(only_run_dir(tmp_path / name)))
-    for tag in ("losses/td_loss", "losses/q_values", "metrics/grad_kurtosis", "metrics/q_mean"):
-        assert logged[0][tag] == logged[1][tag], tag
+    assert json.load(open(os.path.join(only_run_dir(tmp_path / "a"), "done.json"))) == {"global_step": 256, "iterations": 8}
 
 
 def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path, tiny_ppo_flags):
