@@ -293,6 +293,7 @@ def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_
             writer.add_scalar("charts/clip_coef", 0.1 if schedule is None else 0.1 + step / 1e5, step)
             writer.add_scalar("charts/ewma_com", 8.0, step)
             writer.add_scalar("metrics/ddr", 1e5, step)
+            writer.add_scalar("charts/SPS", 500, step)
         writer.close()
         os.replace(tmp_path / f"{run_dir.name}.json", run_dir / "args.json")
         (run_dir / "done.json").write_text("{}")
@@ -303,3 +304,11 @@ def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_
     colors = aggregate.config_colors(sorted(groups))
     tags = aggregate.plot_metric_curves(groups, np.linspace(0, 4096, 9)[1:], colors, str(tmp_path / "dynamics.png"), False)
     assert tags == ["metrics/ddr", "charts/num_envs", "charts/clip_coef"] and (tmp_path / "dynamics.png").exists()
+    # benchmarks/schedule_runs.py: RESULTS.md's table, means by thirds of the 4096 steps (1024 | 2048 | 3072, 4096)
+    summary = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "schedule_runs.py"), str(tmp_path),
+                              "--final-fraction", "0.5"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert summary.returncode == 0, summary.stderr
+    assert (
+        "| ppo_grow | 1 | 4 | 35.84 (2 games) | 25.60 | 8 / 8 / 32 | 0.11 / 0.12 / 0.136 | 1e+05 / 1e+05 / 1e+05 | 500 |"
+        in (summary.stdout.splitlines())
+    )
