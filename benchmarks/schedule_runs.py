@@ -17,9 +17,9 @@ from sweeps.aggregate import read_scalars  # noqa: E402
 
 
 def thirds(steps: np.ndarray, values: np.ndarray, total: int) -> str:
-    """Mean of a trace in each third of the budget, as 'a / b / c'."""
-    means = [values[(steps > total * i / 3) & (steps <= total * (i + 1) / 3)] for i in range(3)]
-    return " / ".join(f"{chunk.mean():.3g}" if len(chunk) else "-" for chunk in means)
+    """Median of a trace in each third of the budget, as 'a / b / c' (the median: the DDR has outliers)."""
+    chunks = [values[(steps > total * i / 3) & (steps <= total * (i + 1) / 3)] for i in range(3)]
+    return " / ".join(f"{np.median(chunk):.3g}" if len(chunk) else "-" for chunk in chunks)
 
 
 def main() -> None:
@@ -28,8 +28,8 @@ def main() -> None:
     parser.add_argument("--final-fraction", type=float, default=0.1, help="the end of training: this last part of the steps")
     options = parser.parse_args()
     print(
-        f"| run | seed | games | return, last {options.final_fraction:.0%} of steps | last 50 games | N_envs by thirds "
-        "| clip epsilon by thirds | DDR by thirds | SPS |"
+        f"| run | seed | games | return, last {options.final_fraction:.0%} of steps | last 50 games | N_envs, median by thirds "
+        "| clip epsilon, same | DDR, same | SPS |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for args_path in sorted(glob.glob(os.path.join(options.sweep_dir, "*", "args.json"))):
