@@ -525,6 +525,8 @@ def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool)
     )
     axis.set_title(tag)
     axis.grid(alpha=0.3)
+    if tag == "metrics/ddr":  # batch / KL spans orders of magnitude
+        axis.set_yscale("log")
     if len(run_dirs) <= 8:
         axis.legend(fontsize=6)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
