@@ -501,7 +501,7 @@ def main() -> None:
 
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
-    print(f"error: {message}", file=sys.stderr)
+    sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
     sys.exit(2)
 
 

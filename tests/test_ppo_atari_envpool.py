@@ -194,24 +194,33 @@ def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(monkeypatch,
                       ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
 
 
-def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
-    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
+def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_with_a_ddr_target(tmp_path, tiny_ppo_flags):
+    """Two phases with different batches (2 x 16, then 4 x 16 from a quarter of 1280 steps) and a DDR target far under
+    the tiny run's DDR: interrupted and resumed, every iteration logs its phase's sizes once, the clip epsilon only
+    grows (the checkpoint carries the adapted value) and the run ends exactly at the planned 1280 steps."""
+    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.25:4x16", "--target-ddr", "1000"]
+    flags[flags.index("--total-timesteps") + 1] = "1280"  # 10 batches of 32, then 15 of 64: long enough to interrupt
+    steps = [32 * i for i in range(1, 11)] + [320 + 64 * i for i in range(1, 16)]
     interrupt_with_sigterm(SCRIPT, flags)
     run_dir = only_run_dir(tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     interrupted_at = checkpoint["iteration"]
-    assert 1 <= interrupted_at < 40 and checkpoint["global_step"] == 32 * interrupted_at
+    assert 1 <= interrupted_at < 25 and checkpoint["global_step"] == steps[interrupted_at - 1]
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     assert only_run_dir(tmp_path) == run_dir  # same run directory
     final = torch.load(checkpoint_path, weights_only=True)
-    assert final["iteration"] == 40 and final["global_step"] == 1280
-    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 1280  # finished now
-    steps = [step for step, _ in read_scalars(run_dir)["charts/SPS"]]
-    assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
+    assert final["iteration"] == 25 and final["global_step"] == 1280
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 1280, "iterations": 25}  # finished now
+    scalars = read_scalars(run_dir)
+    for tag in ("charts/SPS", "charts/num_envs", "metrics/ddr"):  # every iteration logged exactly once, up to the total
+        assert [step for step, _ in scalars[tag]] == steps, tag
+    assert [value for _, value in scalars["charts/num_envs"]] == [2] * 10 + [4] * 15
+    assert [value for _, value in scalars["charts/batch_size"]] == [32] * 10 + [64] * 15
+    clip_coefs = [value for _, value in scalars["charts/clip_coef"]]
+    assert clip_coefs[0] == pytest.approx(0.1) and clip_coefs == sorted(clip_coefs) and clip_coefs[-1] > 0.1
 
 
 BAD_FLAGS = [
@@ -319,26 +328,6 @@ def test_adapted_clip_coef_moves_towards_the_ddr_target_in_log_space_and_stays_i
     assert adapt(0.1, 100_000.0, 100_000.0, 0.5, (0.01, 0.5)) == pytest.approx(0.1)  # on target: unchanged
     assert adapt(0.1, 1e12, 100_000.0, 0.5, (0.01, 0.5)) == 0.5 and adapt(0.1, 1.0, 100_000.0, 0.5, (0.01, 0.5)) == 0.01
     assert adapt(8.0, 25_000.0, 100_000.0, 0.5, (0.5, 512.0), sign=-1) == pytest.approx(16.0)  # e.g. EWMA's centre of mass
-
-
-def test_schedule_and_target_ddr_cross_phases_and_resume_mid_run(tmp_path, tiny_ppo_flags):
-    """Two phases with different batches (2 x 16, then 4 x 16 from a quarter of 512 steps) and a DDR target far under
-    the tiny run's DDR: interrupted and resumed, every iteration logs its phase's sizes once, the clip epsilon only
-    grows (the checkpoint carries the adapted value) and the run ends exactly at the planned 512 steps."""
-    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.25:4x16", "--target-ddr", "1000"]
-    flags[flags.index("--total-timesteps") + 1] = "512"
-    interrupt_with_sigterm(SCRIPT, flags)
-    run_dir = only_run_dir(tmp_path)
-    result = run_script(SCRIPT, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
-    assert result.returncode == 0, result.stderr
-    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 512, "iterations": 10}
-    scalars = read_scalars(run_dir)
-    steps = [32, 64, 96, 128, 192, 256, 320, 384, 448, 512]  # 4 batches of 32, then 6 of 64
-    assert [step for step, _ in scalars["charts/num_envs"]] == steps and [step for step, _ in scalars["metrics/ddr"]] == steps
-    assert [value for _, value in scalars["charts/num_envs"]] == [2] * 4 + [4] * 6
-    assert [value for _, value in scalars["charts/batch_size"]] == [32] * 4 + [64] * 6
-    clip_coefs = [value for _, value in scalars["charts/clip_coef"]]
-    assert clip_coefs[0] == pytest.approx(0.1) and clip_coefs == sorted(clip_coefs) and clip_coefs[-1] > 0.1
 
 
 def test_resume_of_a_checkpoint_from_another_version_exits_2(tmp_path):

@@ -134,16 +134,33 @@ def test_schedule_phases_and_ddr_target_by_step():
     assert ppo_ewma_atari.target_ddr(args, 4096) == pytest.approx(1000.0)  # geometric: halfway, a factor of 10
 
 
-def test_schedule_and_target_ddr_adapt_the_centre_of_mass_across_phases_and_a_resume(tmp_path, tiny_ppo_flags):
+def ewma_weight_sum(coms: list[float], steps_per_iteration: int = 4) -> float:
+    """W after the iterations that used these centres of mass: W' = beta W + 1 per optimizer step, from W = 1."""
+    weight_sum = 1.0
+    for com in coms:
+        for _ in range(steps_per_iteration):  # 2 epochs x 2 minibatches
+            weight_sum = com / (com + 1) * weight_sum + 1
+    return weight_sum
+
+
+def test_sigterm_and_resume_keep_the_proximal_policy_and_the_adapted_centre_of_mass_across_phases(tmp_path, tiny_ppo_flags):
     """Two phases (2 x 16, then 4 x 8 from half of 500 steps) and a DDR target far under the tiny run's DDR: interrupted
     and resumed, every iteration logs its phase's sizes once, the centre of mass only falls, each value the last one
-    adapted to its DDR (the checkpoint carries it), and the run ends at the 15 full batches that fit, step 480."""
+    adapted to its DDR (the checkpoint carries it and the EWMA weight sum), and the run ends at the 15 full batches
+    that fit, step 480."""
     flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.5:4x8", "--target-ddr", "1000",
              "--adapt", "ewma-com"]  # fmt: skip
     flags[flags.index("--total-timesteps") + 1] = "500"
     interrupt_with_sigterm(SCRIPT, flags)
     run_dir = only_run_dir(tmp_path)
-    result = run_script(SCRIPT, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    interrupted = torch.load(checkpoint_path, weights_only=True)
+    assert 1 <= interrupted["iteration"] < 15 and interrupted["global_step"] == 32 * interrupted["iteration"]
+    coms_before = [value for _, value in read_scalars(run_dir)["charts/ewma_com"]]
+    assert len(coms_before) == interrupted["iteration"]
+    assert interrupted["ewma_weight_sum"] == pytest.approx(ewma_weight_sum(coms_before), rel=1e-6)
+
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 480, "iterations": 15}
     scalars = read_scalars(run_dir)
@@ -156,6 +173,8 @@ def test_schedule_and_target_ddr_adapt_the_centre_of_mass_across_phases_and_a_re
     assert coms[0] == 8.0 and coms[-1] < 8.0 and coms == sorted(coms, reverse=True) and min(coms) >= 0.5
     for com, ddr, next_com in zip(coms[:-1], ddrs[:-1], coms[1:], strict=True):
         assert next_com == pytest.approx(adapted_step_size(com, ddr, 1000, 0.1, (0.5, 512.0), sign=-1), rel=1e-5)
+    final = torch.load(checkpoint_path, weights_only=True)
+    assert final["iteration"] == 15 and final["ewma_weight_sum"] == pytest.approx(ewma_weight_sum(coms), rel=1e-6)
 
 
 def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path, tiny_ppo_flags):
@@ -164,28 +183,6 @@ def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
     check_same_losses(monkeypatch, tmp_path, ppo_ewma_atari, flags, {"compiled": ["--compile"]},
                       ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
-
-
-def test_sigterm_and_resume_keep_the_proximal_policy(tmp_path, tiny_ppo_flags):
-    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "1280"
-    interrupt_with_sigterm(SCRIPT, flags)
-    run_dir = only_run_dir(tmp_path)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    interrupted = torch.load(checkpoint_path, weights_only=True)
-    assert 1 <= interrupted["iteration"] < 40 and interrupted["global_step"] == 32 * interrupted["iteration"]
-    # 2 epochs x 2 minibatches = 4 EWMA steps per iteration with beta = 8/9 from W = 1
-    steps = 4 * interrupted["iteration"]
-    beta = 8 / 9
-    assert interrupted["ewma_weight_sum"] == pytest.approx(sum(beta**k for k in range(steps + 1)), rel=1e-6)
-
-    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
-    assert result.returncode == 0, result.stderr
-    final = torch.load(checkpoint_path, weights_only=True)
-    assert final["iteration"] == 40 and final["global_step"] == 1280
-    assert final["ewma_weight_sum"] == pytest.approx(sum(beta**k for k in range(4 * 40 + 1)), rel=1e-6)
-    steps = [step for step, _ in read_scalars(run_dir)["charts/SPS"]]
-    assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
 
 
 @pytest.mark.parametrize(
