@@ -479,8 +479,8 @@ def main() -> None:
             if args.save_embeddings and RANK == 0:
                 embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
         if args.target_ddr:  # the outer step follows the DDR of this update, the same in every process
-            kl = measured.get("kl_behavior") or behavior_kl(agent, batch["obs"][sample[: args.ddr_batch]],
-                                                            batch["logits"][sample[: args.ddr_batch]])  # fmt: skip
+            small = sample[: args.ddr_batch]  # used on the iterations without metrics
+            kl = measured["kl_behavior"] if measure else behavior_kl(agent, batch["obs"][small], batch["logits"][small])
             measured["ddr"] = metrics.data_to_divergence_ratio(batch_size, float(all_ranks_sum(torch.tensor(kl))) / WORLD_SIZE)
             args.clip_coef = adapted_step_size(args.clip_coef, measured["ddr"], target_ddr(args, global_step), args.adapt_rate,
                                                args.clip_coef_bounds)  # fmt: skip
