@@ -78,6 +78,8 @@ class Args:
     """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
     fused_adam: bool = True
     """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    reuse_host_memory: bool = True
+    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
     compile: bool = False
     """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
     cudagraphs: bool = False
@@ -510,7 +512,7 @@ def parse_args() -> tuple[Args, dict | None]:
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn: on --resume only these come from the command line.
     runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "save_model", "checkpoint_interval", "torch_threads",
-               "fused_adam", "compile", "cudagraphs")  # fmt: skip
+               "fused_adam", "reuse_host_memory", "compile", "cudagraphs")  # fmt: skip
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             fail(f"--resume {args.resume!r}: no such checkpoint file")
@@ -518,7 +520,9 @@ def parse_args() -> tuple[Args, dict | None]:
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        if not isinstance(checkpoint, dict) or set(checkpoint.get("args", ())) != {field.name for field in fields(Args)}:
+        if not isinstance(checkpoint, dict) or set(checkpoint.get("args", ())) | set(runtime) != {
+            field.name for field in fields(Args)
+        }:
             fail(f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
     return validate_and_derive(args), checkpoint
@@ -586,6 +590,10 @@ def start_run(args: Args, checkpoint: dict | None):
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
+    if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc (Linux)
+        # Keep freed memory (M_TRIM_THRESHOLD 1 GiB) and serve blocks up to 32 MiB from it (M_MMAP_THRESHOLD): by default
+        # glibc returns them to the OS and every minibatch's activations page-fault them back in (5-10 % of a CPU run).
+        libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(LOCAL_RANK)

@@ -13,6 +13,7 @@ iterations; `--minibatch-size` and `--lr-scaling` for the study's sweeps; checkp
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 import tyro
 from torch import nn
+from torch.nn import functional as F
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -68,6 +70,8 @@ class Args:
     """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
     fused_adam: bool = True
     """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    reuse_host_memory: bool = True
+    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
     compile: bool = False
     """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
     cudagraphs: bool = False
@@ -139,13 +143,26 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
     return layer
 
 
+class LayerNormCHW(nn.LayerNorm):
+    """LayerNorm over a sample's (C, H, W) that reads an NHWC activation as it lies, as (H, W, C) with the weights
+    permuted to match, instead of copying it to NCHW: the statistics are over the same entries in another order."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_contiguous() or not x.is_contiguous(memory_format=torch.channels_last):
+            return super().forward(x)
+        hwc = (x.shape[2], x.shape[3], x.shape[1])
+        return F.layer_norm(
+            x.permute(0, 2, 3, 1), hwc, self.weight.permute(1, 2, 0), self.bias.permute(1, 2, 0), self.eps
+        ).permute(0, 3, 1, 2)
+
+
 def nature_cnn_layernorm() -> nn.Sequential:
     """Mnih et al. 2015 encoder with LayerNorm before every ReLU (Gallici et al. 2024). Each LayerNorm normalises
     the whole output of its layer per sample (channels x height x width for a convolution), as CleanRL's PQN does."""
     return nn.Sequential(
-        layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.LayerNorm([32, 20, 20]), nn.ReLU(),
-        layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LayerNorm([64, 9, 9]), nn.ReLU(),
-        layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LayerNorm([64, 7, 7]), nn.ReLU(),
+        layer_init(nn.Conv2d(4, 32, 8, stride=4)), LayerNormCHW([32, 20, 20]), nn.ReLU(),
+        layer_init(nn.Conv2d(32, 64, 4, stride=2)), LayerNormCHW([64, 9, 9]), nn.ReLU(),
+        layer_init(nn.Conv2d(64, 64, 3, stride=1)), LayerNormCHW([64, 7, 7]), nn.ReLU(),
         nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.LayerNorm(512), nn.ReLU(),
     )  # fmt: skip
 
@@ -158,8 +175,8 @@ class QNetwork(nn.Module):
         self.head = layer_init(nn.Linear(512, num_actions), std=1.0)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here, after the (4x smaller) layout change."""
-        return self.encoder(obs.contiguous(memory_format=self.memory_format).float() / 255.0)
+        """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here (in place), after the (4x smaller) layout change."""
+        return self.encoder(obs.contiguous(memory_format=self.memory_format).float().div_(255.0))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(s, .) for every action: (B, num_actions)."""
@@ -415,7 +432,7 @@ def parse_args() -> tuple[Args, dict | None]:
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn: on --resume only these come from the command line.
     runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval",
-               "torch_threads", "channels_last", "fused_adam", "compile", "cudagraphs")  # fmt: skip
+               "torch_threads", "channels_last", "fused_adam", "reuse_host_memory", "compile", "cudagraphs")  # fmt: skip
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             fail(f"--resume {args.resume!r}: no such checkpoint file")
@@ -423,7 +440,9 @@ def parse_args() -> tuple[Args, dict | None]:
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        if not isinstance(checkpoint, dict) or set(checkpoint.get("args", ())) != {field.name for field in fields(Args)}:
+        if not isinstance(checkpoint, dict) or set(checkpoint.get("args", ())) | set(runtime) != {
+            field.name for field in fields(Args)
+        }:
             fail(f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
     return validate_and_derive(args), checkpoint
@@ -494,6 +513,10 @@ def start_run(args: Args, checkpoint: dict | None):
     torch.manual_seed(args.seed)  # torch draws every random number of training: exploration, minibatches, samples
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
+    if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc (Linux)
+        # Keep freed memory (M_TRIM_THRESHOLD 1 GiB) and serve blocks up to 32 MiB from it (M_MMAP_THRESHOLD): by default
+        # glibc returns them to the OS and every minibatch's activations page-fault them back in (5-10 % of a CPU run).
+        libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")

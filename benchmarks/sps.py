@@ -11,7 +11,8 @@ EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
 Prints, measured on this machine in this one invocation:
   1. EnvPool's raw rate of each task for the same num_envs with random actions (no learning);
   2. for each script, the training SPS of the eager path as CleanRL runs it (`--no-compile
-     --no-channels-last --no-fused-adam`: NCHW pixels, per-tensor-list Adam, nothing compiled;
+     --no-channels-last --no-fused-adam --no-reuse-host-memory`: NCHW pixels, per-tensor-list Adam,
+     glibc's default malloc, nothing compiled;
      ppo_isaacgym.py has no pixels), of the script's defaults, and of each
      `--candidates` flag set, all with metrics at the default interval, and of the defaults with
      metrics off (--metrics-interval 0); the settings alternate `--repeats` times (median of each);
@@ -56,8 +57,8 @@ sys.path.insert(0, ROOT)
 # Flags a script needs beyond the shared ones for a short benchmark run.
 EXTRA_FLAGS = {"ppo_rnd_atari.py": ["--num-iterations-obs-norm-init", "1"], "ppo_isaacgym.py": ["--backend", "envpool"]}
 # The eager path as CleanRL runs it (the MLP of ppo_isaacgym.py has no pixels to lay out).
-EAGER_FLAGS = {"ppo_isaacgym.py": ["--no-compile", "--no-fused-adam"]}
-CLEANRL_EAGER = ["--no-compile", "--no-channels-last", "--no-fused-adam"]
+EAGER_FLAGS = {"ppo_isaacgym.py": ["--no-compile", "--no-fused-adam", "--no-reuse-host-memory"]}
+CLEANRL_EAGER = ["--no-compile", "--no-channels-last", "--no-fused-adam", "--no-reuse-host-memory"]
 TORCHRUN_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "ppo_procgen.py", "ppo_isaacgym.py")
 ALL_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "pqn_atari.py", "ppo_rnd_atari.py", "ppo_procgen.py",
                "ppo_isaacgym.py")  # fmt: skip
