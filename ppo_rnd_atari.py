@@ -607,9 +607,7 @@ def parse_args() -> tuple[Args, dict | None]:
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        if not isinstance(checkpoint, dict) or set(checkpoint.get("args", ())) | set(runtime) != {
-            field.name for field in fields(Args)
-        }:
+        if not isinstance(checkpoint, dict) or {*checkpoint.get("args", ()), *runtime} != {f.name for f in fields(Args)}:
             fail(f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
     return validate_and_derive(args), checkpoint

@@ -8,6 +8,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import envpool
@@ -283,6 +284,19 @@ def test_resume_rejects_a_file_that_is_not_a_checkpoint(tmp_path, monkeypatch, c
         assert fragment in usage_error(ppo_atari_envpool.main, monkeypatch, capsys, [SCRIPT, "--resume", str(path)])
 
 
+def test_resume_takes_a_checkpoint_written_before_a_runtime_flag_existed(tmp_path, monkeypatch):
+    """Runtime flags (how to run, not what to learn) come from the command line on --resume, so a checkpoint whose
+    saved flags lack one (written before --reuse-host-memory existed) still resumes, with the command line's value."""
+    saved = dataclasses.asdict(ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(num_envs=4, num_steps=16)))
+    del saved["reuse_host_memory"]
+    torch.save(
+        {"args": saved, "model": {}, "optimizer": {}, "iteration": 1, "global_step": 64, "rng": {}}, tmp_path / "old.pt"
+    )
+    monkeypatch.setattr(sys, "argv", [SCRIPT, "--resume", str(tmp_path / "old.pt"), "--no-reuse-host-memory"])
+    args, checkpoint = ppo_atari_envpool.parse_args()
+    assert (args.num_envs, args.reuse_host_memory, checkpoint["global_step"]) == (4, False, 64)
+
+
 @pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--num-minibatches", "3"], ["--resume", "/nope.pt"]])
 def test_bad_flags_from_the_shell(tmp_path, flags):
     result = run_script(SCRIPT, "--runs-dir", str(tmp_path), *flags)
@@ -409,24 +423,11 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     assert len({value for _, value in scalars["charts/clip_coef"]}) > 1
 
 
-def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
-    flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "2560"  # 40 iterations
-    stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
-    assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
-    run_dir = only_run_dir(tmp_path)
-    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-    assert 1 <= checkpoint["iteration"] < 40 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
-    result = run_torchrun(SCRIPT, 2, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
-    assert result.returncode == 0, result.stderr
-    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 2560
-    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 41)]
-
-
-def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint(tmp_path):
-    """Slurm or a user may signal one worker only: the other must stop at the same step, not hang."""
+def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint_and_resume_reaches_the_total(tmp_path):
+    """Slurm or a user may signal one worker only: the other must stop at the same step, not hang; process 0 alone
+    saves and says so, and --resume under torchrun continues to the same total."""
     flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path), "--checkpoint-interval", "1"]
-    flags[flags.index("--total-timesteps") + 1] = "2560"
+    flags[flags.index("--total-timesteps") + 1] = "2560"  # 40 iterations
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     launcher = subprocess.Popen([*torchrun(2), SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -439,9 +440,15 @@ def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint(tmp_path
     stdout, stderr = launcher.communicate(timeout=300)
     assert stdout.count("continue with --resume") == 1, stdout + stderr
     assert "exitcode  : 143" in stderr  # the workers stopped on the signal (128 + 15), none was killed
-    checkpoint = torch.load(glob.glob(os.path.join(tmp_path, "*", "checkpoint.pt"))[0], weights_only=True)
+    checkpoint_path = glob.glob(os.path.join(tmp_path, "*", "checkpoint.pt"))[0]
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= checkpoint["iteration"] < 40 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
     assert not glob.glob(os.path.join(tmp_path, "*", "done.json"))
+    result = run_torchrun(SCRIPT, 2, "--resume", checkpoint_path, "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    run_dir = os.path.dirname(checkpoint_path)
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 2560
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 41)]
 
 
 def parent_of(pid: str) -> int:
