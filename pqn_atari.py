@@ -513,7 +513,7 @@ def start_run(args: Args, checkpoint: dict | None):
         torch.set_num_threads(args.torch_threads)
     if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc (Linux)
         # Keep freed memory (M_TRIM_THRESHOLD 1 GiB) and serve blocks up to 32 MiB from it (M_MMAP_THRESHOLD): by default
-        # glibc returns them to the OS and every minibatch's activations page-fault them back in (5-10 % of a CPU run).
+        # glibc returns them to the OS and every minibatch's activations page-fault them back in (up to 15 % of the CPU time).
         libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.cuda and not torch.cuda.is_available():

@@ -51,12 +51,18 @@ def read_scalars(run_dir):
     }
 
 
-def check_same_losses(monkeypatch, tmp_path, script, flags, variants, tags):
+def check_same_losses(monkeypatch, tmp_path, script, flags, variants, tags, compile_backend="inductor"):
     """Run the `script` module's main() with `flags` as is and with each variant's extra flags ({name: flags}): flags
     that change how the same maths runs (--compile, --no-channels-last) must log the default run's losses up to float
-    rounding. In-process, as importing torch and EnvPool for every run would add seconds to each."""
+    rounding. In-process, as importing torch and EnvPool for every run would add seconds to each. compile_backend
+    "aot_eager" traces and differentiates the same graphs as --compile without inductor's code generation, which costs
+    tens of seconds per script on a cold cache: the PPO, PPO-EWMA and PQN tests keep inductor."""
+    import functools
+
     import torch
 
+    if compile_backend != "inductor":
+        monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=compile_backend))
     logged, threads = {}, torch.get_num_threads()
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     for name, extra in {"default": [], **variants}.items():

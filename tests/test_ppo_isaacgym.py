@@ -188,7 +188,7 @@ def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path
     learned: on a fixed seed the losses agree up to float rounding."""
     flags = [*TINY, "--total-timesteps", "192", "--metrics-interval", "0", "--torch-threads", "1"]  # 3 iterations
     check_same_losses(monkeypatch, tmp_path, ppo_isaacgym, flags, {"compiled": ["--compile"]},
-                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
+                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"), compile_backend="aot_eager")  # fmt: skip
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
@@ -366,18 +366,18 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
 
 def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
     flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "6400"  # 100 iterations
+    flags[flags.index("--total-timesteps") + 1] = "3200"  # 50 iterations
     stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
     assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
     run_dir = only_run_dir(tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
-    assert 1 <= interrupted["iteration"] < 100 and interrupted["global_step"] == 64 * interrupted["iteration"]
+    assert 1 <= interrupted["iteration"] < 50 and interrupted["global_step"] == 64 * interrupted["iteration"]
     result = run_torchrun(SCRIPT, 2, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
-    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 6400
-    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 101)]
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 3200
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 51)]
     for name in ("obs_rms", "return_rms"):  # the normalisers continued, not restarted
         assert torch.load(checkpoint_path, weights_only=True)[name]["count"] > interrupted[name]["count"]
 

@@ -189,7 +189,7 @@ def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(monkeypatch,
     # 3 iterations of 1 minibatch per epoch: with TINY's 2, the rounding drift of the value loss by the 4th reached 0.2 %
     flags = [*TINY, "--total-timesteps", "384", "--num-minibatches", "1", "--torch-threads", "1"]
     check_same_losses(monkeypatch, tmp_path, ppo_procgen, flags, {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
-                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
+                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"), compile_backend="aot_eager")  # fmt: skip
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
@@ -397,17 +397,17 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
 
 def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
     flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "2560"  # 20 iterations
+    flags[flags.index("--total-timesteps") + 1] = "1280"  # 10 iterations
     stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
     assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
     run_dir = only_run_dir(tmp_path)
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-    assert 1 <= checkpoint["iteration"] < 20 and checkpoint["global_step"] == 128 * checkpoint["iteration"]
+    assert 1 <= checkpoint["iteration"] < 10 and checkpoint["global_step"] == 128 * checkpoint["iteration"]
     result = run_torchrun(SCRIPT, 2, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
-    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 2560
-    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [128 * i for i in range(1, 21)]
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 1280
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [128 * i for i in range(1, 11)]
 
 
 def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
