@@ -511,10 +511,8 @@ def start_run(args: Args, checkpoint: dict | None):
     torch.manual_seed(args.seed)  # torch draws every random number of training: exploration, minibatches, samples
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
-    if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc (Linux)
-        # Keep freed memory (M_TRIM_THRESHOLD 1 GiB) and serve blocks up to 32 MiB from it (M_MMAP_THRESHOLD): by default
-        # glibc returns them to the OS and every minibatch's activations page-fault them back in (up to 15 % of the CPU time).
-        libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)
+    if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
+        libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)  # trim threshold 1 GiB, mmap threshold 32 MiB
     torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
