@@ -137,6 +137,23 @@ def test_q_network_layernorm_before_every_hidden_relu():
     assert pqn_atari.measure_q_network(network, obs, float("inf"))["dormant_pct"] == 100.0
 
 
+def test_layernorm_chw_on_an_nhwc_activation_equals_layernorm_on_nchw():
+    """LayerNormCHW reads a channels-last activation as (H, W, C) with permuted weights: same output and gradients
+    as nn.LayerNorm over (C, H, W) of the NCHW tensor, and the same state dict."""
+    torch.manual_seed(0)
+    reference, channels_last = torch.nn.LayerNorm([3, 4, 5]), pqn_atari.LayerNormCHW([3, 4, 5])
+    torch.nn.init.normal_(reference.weight), torch.nn.init.normal_(reference.bias)
+    channels_last.load_state_dict(reference.state_dict())
+    x = torch.randn(2, 3, 4, 5, requires_grad=True)
+    x_nhwc = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
+    expected, result = reference(x), channels_last(x_nhwc)
+    assert result.is_contiguous(memory_format=torch.channels_last) and torch.allclose(result, expected, atol=1e-6)
+    (expected * torch.arange(120.0).view(2, 3, 4, 5)).sum().backward()
+    (result * torch.arange(120.0).view(2, 3, 4, 5)).sum().backward()
+    assert torch.allclose(x_nhwc.grad, x.grad, atol=1e-5)
+    assert torch.allclose(channels_last.weight.grad, reference.weight.grad, atol=1e-5)
+
+
 # --------------------------------------------------------------------------------------
 # End to end
 # --------------------------------------------------------------------------------------
