@@ -277,13 +277,10 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def all_ranks_sum_gradients(parameters) -> None:
-    """Under torchrun, replace each gradient by its sum over the processes (one all-reduce): every loss is a share
-    of the global masked mean, so this is the single-process gradient and every process takes the same step."""
-    if dist.is_initialized():
-        gradients = [parameter.grad for parameter in parameters]
-        summed = all_ranks_sum(torch.cat([gradient.flatten() for gradient in gradients]))
-        for gradient, chunk in zip(gradients, summed.split([gradient.numel() for gradient in gradients]), strict=True):
-            gradient.copy_(chunk.view_as(gradient))
+    """Under torchrun, replace each gradient by its sum over the processes: every loss is a share of the global
+    masked mean, so this is the single-process gradient and every process takes the same step."""
+    for parameter in parameters if dist.is_initialized() else ():
+        dist.all_reduce(parameter.grad)
 
 
 def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor], *, clip_coef: float, clip_vloss: bool,
@@ -389,13 +386,10 @@ def main() -> None:
                                 seed=args.seed + iteration - 1 + RANK * num_envs, episodic_life=True, reward_clip=True)  # fmt: skip
             # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
             size = (num_steps, num_envs)
-            rollout = {
-                "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
-                "actions": torch.zeros(size, dtype=torch.long, device=device),
-                "logits": torch.zeros(size + (num_actions,), device=device),
-            }
-            for name in ("logprobs", "values", "rewards", "terminations", "truncations", "valid"):
-                rollout[name] = torch.zeros(size, device=device)
+            rollout = {"obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+                       "actions": torch.zeros(size, dtype=torch.long, device=device),
+                       "logits": torch.zeros(size + (num_actions,), device=device),
+                       "logprobs": torch.zeros(size, device=device), "values": torch.zeros(size, device=device)}  # fmt: skip
             # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
             host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
             next_obs = torch.tensor(envs.reset()[0], device=device)
@@ -404,8 +398,6 @@ def main() -> None:
 
         rollout_start_step = global_step
         for step in range(num_steps):
-            if stop_requested(stop_signal):
-                break
             global_step += phase[0]
             rollout["obs"][step] = next_obs
             host["valid"][step] = reset_step_mask(next_done)
@@ -424,7 +416,7 @@ def main() -> None:
             for finished in zip(game_return[game_over], info["elapsed_step"][game_over], strict=True):
                 finished_games.append((global_step, *finished))
             game_return[game_over] = 0.0
-        if stop_requested(stop_signal):  # the same answer in every process, also for a signal after the last step
+        if stop_requested(stop_signal):  # checked once a rollout: the same answer in every process
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
         for step, finished_return, finished_length in all_ranks_list(finished_games):
@@ -432,8 +424,7 @@ def main() -> None:
             writer.add_scalar("charts/episodic_length", finished_length, step)
             recent_returns.append(finished_return)
         finished_games.clear()
-        for name, values in host.items():
-            rollout[name].copy_(torch.from_numpy(values))
+        rollout |= {name: torch.as_tensor(values, device=device) for name, values in host.items()}  # on the CPU: no copy
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs)
@@ -441,6 +432,7 @@ def main() -> None:
                 rollout["rewards"], rollout["values"], rollout["terminations"], rollout["truncations"],
                 rollout["valid"], next_value, args.gamma, args.gae_lambda)  # fmt: skip
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
+        batch["obs"] = batch["obs"].contiguous(memory_format=agent.memory_format)  # once, not per minibatch
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis, clip_coef = [], [], None, torch.tensor(args.clip_coef, device=device)
@@ -463,14 +455,8 @@ def main() -> None:
         valid = batch["valid"].bool()
         charts = {"learning_rate": optimizer.param_groups[0]["lr"], "num_envs": phase[0], "num_steps": num_steps,
                   "batch_size": batch_size, "clip_coef": args.clip_coef}  # fmt: skip
-        for name, value in charts.items():
-            writer.add_scalar(f"charts/{name}", value, global_step)
-        for name in minibatch_stats[0]:  # means over the update's minibatches
-            writer.add_scalar(
-                f"losses/{name}", all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()), global_step
-            )
-        explained = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
-        writer.add_scalar("losses/explained_variance", explained, global_step)
+        losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
+        losses["explained_variance"] = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
         measured = {}
         if measure or args.target_ddr:
             valid_index = torch.nonzero(valid).squeeze(1)
@@ -487,11 +473,10 @@ def main() -> None:
             measured["ddr"] = metrics.data_to_divergence_ratio(batch_size, float(all_ranks_sum(torch.tensor(kl))) / WORLD_SIZE)
             args.clip_coef = adapted_step_size(args.clip_coef, measured["ddr"], target_ddr(args, global_step), args.adapt_rate,
                                                args.clip_coef_bounds)  # fmt: skip
-        for name, value in measured.items():
-            writer.add_scalar(f"metrics/{name}", value, global_step)
-
-        # After the metrics, so that SPS counts everything an iteration costs.
-        writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
+        charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
+        for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
+            for name, value in scalars.items():
+                writer.add_scalar(f"{group}/{name}", value, global_step)
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
@@ -504,12 +489,8 @@ def main() -> None:
     )
 
 
-# --------------------------------------------------------------------------------------
-# Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video.
-# Every script of the project has its own copy of this part.
-# --------------------------------------------------------------------------------------
-
-
+# ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video ----
+# (every script of the project has its own copy of this part)
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
@@ -641,13 +622,11 @@ def start_run(args: Args, checkpoint: dict | None):
 
 def stop_requested(stop_signal: list[int]) -> bool:
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
-    Every process gets the same answer: a signal that lands during the all-reduce counts at the next call."""
+    Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
     if not dist.is_initialized():
         return bool(stop_signal)
-    received = torch.tensor(stop_signal[:1] or [0])
-    dist.all_reduce(received, op=dist.ReduceOp.MAX)
-    if received:
-        stop_signal[:] = [int(received)]
+    if received := max(all_ranks_list(stop_signal[:1]), default=0):
+        stop_signal[:] = [received]
     return bool(received)
 
 

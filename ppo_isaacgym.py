@@ -19,9 +19,7 @@ import importlib.util
 if importlib.util.find_spec("isaacgym"):  # Isaac Gym refuses to load once torch is imported; its tasks load lazily
     import isaacgym  # noqa: F401
 
-import contextlib
 import ctypes
-import ctypes.util
 import json
 import os
 import signal
@@ -235,8 +233,6 @@ def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> 
 
 
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
-
-
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
@@ -278,13 +274,10 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def all_ranks_sum_gradients(parameters) -> None:
-    """Under torchrun, replace each gradient by its sum over the processes (one all-reduce): every loss is a share
-    of the global masked mean, so this is the single-process gradient and every process takes the same step."""
-    if dist.is_initialized():
-        gradients = [parameter.grad for parameter in parameters]
-        summed = all_ranks_sum(torch.cat([gradient.flatten() for gradient in gradients]))
-        for gradient, chunk in zip(gradients, summed.split([gradient.numel() for gradient in gradients]), strict=True):
-            gradient.copy_(chunk.view_as(gradient))
+    """Under torchrun, replace each gradient by its sum over the processes: every loss is a share of the global
+    masked mean, so this is the single-process gradient and every process takes the same step."""
+    for parameter in parameters if dist.is_initialized() else ():
+        dist.all_reduce(parameter.grad)
 
 
 def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor], *, clip_coef: float, clip_vloss: bool,
@@ -411,8 +404,6 @@ def main() -> None:
 
         rollout_start_step = global_step
         for step in range(args.num_steps):
-            if stop_requested(stop_signal):
-                break
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
             rollout["valid"][step] = valid = reset_step_mask(next_done)
@@ -430,7 +421,7 @@ def main() -> None:
             episode += torch.stack([reward, torch.ones_like(reward)], dim=-1) * valid[:, None]
             finished[step] = episode * next_done[:, None]
             episode *= 1.0 - next_done[:, None]
-        if stop_requested(stop_signal):
+        if stop_requested(stop_signal):  # checked once a rollout: the same answer in every process
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
 
@@ -466,26 +457,21 @@ def main() -> None:
             if args.target_kl is not None and all_ranks_sum(stats["approx_kl"]) > args.target_kl:
                 break
 
-        valid = batch["valid"].bool()
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        for name in minibatch_stats[0]:  # means over the update's minibatches (of the processes' shares, summed)
-            value = all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean())
-            writer.add_scalar(f"losses/{name}", value, global_step)
-        explained = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
-        writer.add_scalar("losses/explained_variance", explained, global_step)
+        valid, charts, measured = batch["valid"].bool(), {"learning_rate": optimizer.param_groups[0]["lr"]}, {}
+        losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
+        losses["explained_variance"] = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
         if measure:
             valid_index = torch.nonzero(valid).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
             measured = measure_agent(agent, batch["obs"][sample], batch["actions"][sample], batch["means"][sample],
                                      behavior_std.expand(len(sample), -1), args.batch_size, args.dormant_tau)  # fmt: skip
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
-            for name, value in measured.items():
-                writer.add_scalar(f"metrics/{name}", value, global_step)
             if args.save_embeddings and RANK == 0:
                 embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
-
-        # After the metrics, so that SPS counts everything an iteration costs.
-        writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
+        charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
+        for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
+            for name, value in scalars.items():
+                writer.add_scalar(f"{group}/{name}", value, global_step)
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
@@ -495,12 +481,8 @@ def main() -> None:
     finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **modules)
 
 
-# --------------------------------------------------------------------------------------
-# Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, the two simulators.
-# Every script of the project has its own copy of this part.
-# --------------------------------------------------------------------------------------
-
-
+# ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, the two simulators ----
+# (every script of the project has its own copy of this part)
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
@@ -596,13 +578,6 @@ def start_run(args: Args, checkpoint: dict | None):
         dist.init_process_group("cpu:gloo,cuda:nccl")
     elif WORLD_SIZE > 1:
         dist.init_process_group("gloo")
-    if not (args.cuda and torch.cuda.is_available()):
-        # glibc hands each minibatch's freed activations (tens of MB) back to the OS and the next minibatch
-        # page-faults them in again, which doubled the CPU time of an update here: keep up to 1 GiB blocks.
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(ctypes.util.find_library("c"))
-            libc.mallopt(-1, 2**31 - 1)  # M_TRIM_THRESHOLD
-            libc.mallopt(-3, 2**30)  # M_MMAP_THRESHOLD
     stop_signal: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
@@ -640,13 +615,11 @@ def start_run(args: Args, checkpoint: dict | None):
 
 def stop_requested(stop_signal: list[int]) -> bool:
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
-    Every process gets the same answer: a signal that lands during the all-reduce counts at the next call."""
+    Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
     if not dist.is_initialized():
         return bool(stop_signal)
-    received = torch.tensor(stop_signal[:1] or [0])
-    dist.all_reduce(received, op=dist.ReduceOp.MAX)
-    if received:
-        stop_signal[:] = [int(received)]
+    if received := max(all_ranks_list(stop_signal[:1]), default=0):
+        stop_signal[:] = [received]
     return bool(received)
 
 

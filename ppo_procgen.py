@@ -11,7 +11,6 @@ losses, advantages, reward statistics and metrics; the reward statistics travel 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
@@ -242,8 +241,6 @@ def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> 
 
 
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
-
-
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
@@ -285,13 +282,10 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def all_ranks_sum_gradients(parameters) -> None:
-    """Under torchrun, replace each gradient by its sum over the processes (one all-reduce): every loss is a share
-    of the global masked mean, so this is the single-process gradient and every process takes the same step."""
-    if dist.is_initialized():
-        gradients = [parameter.grad for parameter in parameters]
-        summed = all_ranks_sum(torch.cat([gradient.flatten() for gradient in gradients]))
-        for gradient, chunk in zip(gradients, summed.split([gradient.numel() for gradient in gradients]), strict=True):
-            gradient.copy_(chunk.view_as(gradient))
+    """Under torchrun, replace each gradient by its sum over the processes: every loss is a share of the global
+    masked mean, so this is the single-process gradient and every process takes the same step."""
+    for parameter in parameters if dist.is_initialized() else ():
+        dist.all_reduce(parameter.grad)
 
 
 def merge_moments(mean, var, count, batch_mean, batch_var, batch_count):
@@ -397,12 +391,10 @@ def main() -> None:
 
     # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
     size = (args.num_steps, num_envs)
-    rollout = {
-        "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
-        "actions": torch.zeros(size, dtype=torch.long, device=device),
-        "logits": torch.zeros(size + (num_actions,), device=device),
-    }
-    for name in ("logprobs", "values", "rewards", "terminations", "truncations", "valid"):
+    rollout = {"obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+               "actions": torch.zeros(size, dtype=torch.long, device=device),
+               "logits": torch.zeros(size + (num_actions,), device=device)}  # fmt: skip
+    for name in ("logprobs", "values", "rewards", "valid"):
         rollout[name] = torch.zeros(size, device=device)
     # EnvPool's episode ends stay on the host until the rollout ends: one copy to the device per rollout, not per step.
     # The reward scaling's running statistics take the reward, done and valid on the device every step.
@@ -426,8 +418,6 @@ def main() -> None:
 
         rollout_start_step = global_step
         for step in range(args.num_steps):
-            if stop_requested(stop_signal):
-                break
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
             rollout["valid"][step] = reset_step_mask(next_done)
@@ -449,7 +439,7 @@ def main() -> None:
             for finished in zip(episode_return[episode_over], info["elapsed_step"][episode_over], strict=True):
                 finished_episodes.append((global_step, *finished))
             episode_return[episode_over] = 0.0
-        if stop_requested(stop_signal):
+        if stop_requested(stop_signal):  # checked once a rollout: the same answer in every process
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
         for step, finished_return, finished_length in all_ranks_list(finished_episodes):
@@ -460,8 +450,7 @@ def main() -> None:
                 writer.add_scalar("charts/normalized_return", normalized, step)
             recent_returns.append(float(finished_return))
         finished_episodes.clear()
-        for name, values in host.items():
-            rollout[name].copy_(torch.from_numpy(values))
+        rollout |= {name: torch.as_tensor(values, device=device) for name, values in host.items()}  # on the CPU: no copy
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs)
@@ -469,6 +458,7 @@ def main() -> None:
                 rollout["rewards"], rollout["values"], rollout["terminations"], rollout["truncations"],
                 rollout["valid"], next_value, args.gamma, args.gae_lambda)  # fmt: skip
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
+        batch["obs"] = batch["obs"].contiguous(memory_format=agent.memory_format)  # once, not per minibatch
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
@@ -488,26 +478,21 @@ def main() -> None:
             if args.target_kl is not None and all_ranks_sum(stats["approx_kl"]) > args.target_kl:
                 break
 
-        valid = batch["valid"].bool()
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        for name in minibatch_stats[0]:  # means over the update's minibatches (under torchrun, sums of the processes' shares)
-            loss_mean = all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean())
-            writer.add_scalar(f"losses/{name}", loss_mean, global_step)
-        explained = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
-        writer.add_scalar("losses/explained_variance", explained, global_step)
+        valid, charts, measured = batch["valid"].bool(), {"learning_rate": optimizer.param_groups[0]["lr"]}, {}
+        losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
+        losses["explained_variance"] = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
         if measure:
             valid_index = torch.nonzero(valid).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
             measured = measure_agent(agent, batch["obs"][sample], batch["actions"][sample], batch["logits"][sample],
                                      args.batch_size, args.dormant_tau)  # fmt: skip
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
-            for name, value in measured.items():
-                writer.add_scalar(f"metrics/{name}", value, global_step)
             if args.save_embeddings and RANK == 0:
                 embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
-
-        # After the metrics, so that SPS counts everything an iteration costs.
-        writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
+        charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
+        for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
+            for name, value in scalars.items():
+                writer.add_scalar(f"{group}/{name}", value, global_step)
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
@@ -517,12 +502,8 @@ def main() -> None:
     finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **state)
 
 
-# --------------------------------------------------------------------------------------
-# Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video.
-# Every script of the project has its own copy of this part.
-# --------------------------------------------------------------------------------------
-
-
+# ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video ----
+# (every script of the project has its own copy of this part)
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
@@ -606,13 +587,6 @@ def start_run(args: Args, checkpoint: dict | None):
         dist.init_process_group("cpu:gloo,cuda:nccl")
     elif WORLD_SIZE > 1:
         dist.init_process_group("gloo")
-    if not (args.cuda and torch.cuda.is_available()):
-        # Each minibatch frees tens of MB of activations; glibc would unmap them and the next minibatch page-fault them
-        # back in, which doubled an update's CPU time. Its 1 GiB mmap threshold keeps them in the heap for reuse.
-        with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
-            libc = ctypes.CDLL(None)
-            libc.mallopt(-1, 2**31 - 1)  # M_TRIM_THRESHOLD
-            libc.mallopt(-3, 2**30)  # M_MMAP_THRESHOLD
     stop_signal: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
@@ -650,13 +624,11 @@ def start_run(args: Args, checkpoint: dict | None):
 
 def stop_requested(stop_signal: list[int]) -> bool:
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
-    Every process gets the same answer: a signal that lands during the all-reduce counts at the next call."""
+    Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
     if not dist.is_initialized():
         return bool(stop_signal)
-    received = torch.tensor(stop_signal[:1] or [0])
-    dist.all_reduce(received, op=dist.ReduceOp.MAX)
-    if received:
-        stop_signal[:] = [int(received)]
+    if received := max(all_ranks_list(stop_signal[:1]), default=0):
+        stop_signal[:] = [received]
     return bool(received)
 
 

@@ -296,8 +296,6 @@ def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> 
 
 
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
-
-
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
@@ -439,13 +437,11 @@ def main() -> None:
 
     # Rollout storage on the training device; pixels stay uint8 until the networks.
     size = (args.num_steps, args.num_envs)
-    rollout = {
-        "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
-        "next_frames": torch.zeros(size + FRAME_SHAPE, dtype=torch.uint8, device=device),  # RND's inputs
-        "actions": torch.zeros(size, dtype=torch.long, device=device),
-        "logits": torch.zeros(size + (num_actions,), device=device),
-    }
-    for name in ("logprobs", "ext_values", "int_values", "rewards", "rnd_errors", "terminations", "truncations", "valid"):
+    rollout = {"obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+               "next_frames": torch.zeros(size + FRAME_SHAPE, dtype=torch.uint8, device=device),  # RND's inputs
+               "actions": torch.zeros(size, dtype=torch.long, device=device),
+               "logits": torch.zeros(size + (num_actions,), device=device)}  # fmt: skip
+    for name in ("logprobs", "ext_values", "int_values", "rnd_errors"):
         rollout[name] = torch.zeros(size, device=device)
     # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
     host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
@@ -481,8 +477,6 @@ def main() -> None:
 
         rollout_start_step = global_step
         for step in range(args.num_steps):
-            if stop_signal:
-                break
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
             host["valid"][step] = reset_step_mask(next_done)
@@ -506,11 +500,10 @@ def main() -> None:
                 writer.add_scalar("charts/episodic_length", finished_length, global_step)
                 recent_returns.append(float(finished_return))
             game_return[game_over] = 0.0
-        if stop_signal:
+        if stop_signal:  # checked once a rollout
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
-        for name, values in host.items():
-            rollout[name].copy_(torch.from_numpy(values))
+        rollout |= {name: torch.as_tensor(values, device=device) for name, values in host.items()}  # on the CPU: no copy
 
         # Intrinsic reward: prediction error / running std of the discounted intrinsic return.
         real = rollout["valid"].bool()
@@ -531,6 +524,7 @@ def main() -> None:
                 args.gae_lambda)  # fmt: skip
         rollout["advantages"] = args.ext_coef * ext_advantages + args.int_coef * int_advantages
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
+        batch["obs"] = batch["obs"].contiguous(memory_format=agent.memory_format)  # once, not per minibatch
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
@@ -553,26 +547,23 @@ def main() -> None:
             if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                 break
 
-        valid = batch["valid"].bool()
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/intrinsic_reward", masked_mean(batch["int_rewards"], batch["valid"]).item(), global_step)
-        for name in minibatch_stats[0]:  # means over the update's minibatches
-            writer.add_scalar(f"losses/{name}", torch.stack([s[name] for s in minibatch_stats]).mean().item(), global_step)
-        explained = metrics.explained_variance(batch["ext_values"][valid], batch["ext_returns"][valid])  # extrinsic head
-        writer.add_scalar("losses/explained_variance", explained, global_step)
+        valid, measured = batch["valid"].bool(), {}
+        charts = {"learning_rate": optimizer.param_groups[0]["lr"],
+                  "intrinsic_reward": masked_mean(batch["int_rewards"], batch["valid"])}  # fmt: skip
+        losses = {name: torch.stack([s[name] for s in minibatch_stats]).mean() for name in minibatch_stats[0]}
+        losses["explained_variance"] = metrics.explained_variance(batch["ext_values"][valid], batch["ext_returns"][valid])
         if measure:
             valid_index = torch.nonzero(valid).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
             measured = measure_agent(agent, batch["obs"][sample], batch["actions"][sample], batch["logits"][sample],
                                      args.batch_size, args.dormant_tau)  # fmt: skip
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
-            for name, value in measured.items():
-                writer.add_scalar(f"metrics/{name}", value, global_step)
             if args.save_embeddings:
                 embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
-
-        # After the metrics, so that SPS counts everything an iteration costs.
-        writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
+        charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
+        for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
+            for name, value in scalars.items():
+                writer.add_scalar(f"{group}/{name}", value, global_step)
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
@@ -582,12 +573,8 @@ def main() -> None:
     finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **state())
 
 
-# --------------------------------------------------------------------------------------
-# Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video.
-# Every script of the project has its own copy of this part.
-# --------------------------------------------------------------------------------------
-
-
+# ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video ----
+# (every script of the project has its own copy of this part)
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave

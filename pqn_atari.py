@@ -210,8 +210,6 @@ def embed(q_network: QNetwork, obs: torch.Tensor, iteration: int, global_step: i
 
 
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
-
-
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
@@ -316,13 +314,10 @@ def main() -> None:
             envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=args.seed + iteration - 1,
                                 max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
             # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
-            size = (num_steps, num_envs)
-            rollout = {
-                "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
-                "actions": torch.zeros(size, dtype=torch.long, device=device),
-            }
-            for name in ("max_q", "rewards", "terminations", "truncations", "valid"):  # max_q: max_a Q(s_t, a) when acting
-                rollout[name] = torch.zeros(size, device=device)
+            size = (num_steps, num_envs)  # max_q: max_a Q(s_t, a) when acting
+            rollout = {"obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+                       "actions": torch.zeros(size, dtype=torch.long, device=device),
+                       "max_q": torch.zeros(size, device=device)}  # fmt: skip
             # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
             host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
             next_obs = torch.tensor(envs.reset()[0], device=device)
@@ -331,8 +326,6 @@ def main() -> None:
 
         rollout_start_step = global_step
         for step in range(num_steps):
-            if stop_signal:
-                break
             epsilon = epsilon_schedule(global_step, args.start_e, args.end_e, exploration_steps)
             global_step += num_envs
             rollout["obs"][step] = next_obs
@@ -354,11 +347,10 @@ def main() -> None:
                 writer.add_scalar("charts/episodic_length", finished_length, global_step)
                 recent_returns.append(float(finished_return))
             game_return[game_over] = 0.0
-        if stop_signal:
+        if stop_signal:  # checked once a rollout
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
-        for name, values in host.items():
-            rollout[name].copy_(torch.from_numpy(values))
+        rollout |= {name: torch.as_tensor(values, device=device) for name, values in host.items()}  # on the CPU: no copy
 
         # Targets once per iteration, from the network that collected the rollout.
         with torch.no_grad():
@@ -367,6 +359,7 @@ def main() -> None:
             rollout["rewards"], next_max_q, rollout["terminations"], rollout["truncations"], rollout["valid"],
             args.gamma, args.q_lambda)  # fmt: skip
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
+        batch["obs"] = batch["obs"].contiguous(memory_format=q_network.memory_format)  # once, not per minibatch
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
@@ -385,24 +378,18 @@ def main() -> None:
 
         charts = {"learning_rate": optimizer.param_groups[0]["lr"], "epsilon": epsilon,  # of the rollout's last step
                   "num_envs": num_envs, "num_steps": num_steps, "batch_size": batch_size}  # fmt: skip
-        for name, value in charts.items():
-            writer.add_scalar(f"charts/{name}", value, global_step)
-        for name in minibatch_stats[0]:  # means over the update's minibatches
-            writer.add_scalar(f"losses/{name}", torch.stack([s[name] for s in minibatch_stats]).mean().item(), global_step)
+        losses, measured = {name: torch.stack([s[name] for s in minibatch_stats]).mean() for name in minibatch_stats[0]}, {}
         if measure:
             valid_index = torch.nonzero(batch["valid"].bool()).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
             measured = measure_q_network(q_network, batch["obs"][sample], args.dormant_tau)
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
-            for name, value in measured.items():
-                writer.add_scalar(f"metrics/{name}", value, global_step)
             if args.save_embeddings:
-                embeddings.append(
-                    embed(q_network, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step)
-                )
-
-        # After the metrics, so that SPS counts everything an iteration costs.
-        writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
+                embeddings.append(embed(q_network, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))  # fmt: skip
+        charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
+        for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
+            for name, value in scalars.items():
+                writer.add_scalar(f"{group}/{name}", value, global_step)
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
@@ -415,12 +402,8 @@ def main() -> None:
     )
 
 
-# --------------------------------------------------------------------------------------
-# Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video.
-# Every script of the project has its own copy of this part.
-# --------------------------------------------------------------------------------------
-
-
+# ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video ----
+# (every script of the project has its own copy of this part)
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
