@@ -314,10 +314,12 @@ def main() -> None:
             envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=args.seed + iteration - 1,
                                 max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
             # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
-            size = (num_steps, num_envs)  # max_q: max_a Q(s_t, a) when acting
-            rollout = {"obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
-                       "actions": torch.zeros(size, dtype=torch.long, device=device),
-                       "max_q": torch.zeros(size, device=device)}  # fmt: skip
+            size = (num_steps, num_envs)
+            rollout = {
+                "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+                "actions": torch.zeros(size, dtype=torch.long, device=device),
+                "max_q": torch.zeros(size, device=device),  # max_a Q(s_t, a) when acting
+            }
             # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
             host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
             next_obs = torch.tensor(envs.reset()[0], device=device)
@@ -378,14 +380,16 @@ def main() -> None:
 
         charts = {"learning_rate": optimizer.param_groups[0]["lr"], "epsilon": epsilon,  # of the rollout's last step
                   "num_envs": num_envs, "num_steps": num_steps, "batch_size": batch_size}  # fmt: skip
-        losses, measured = {name: torch.stack([s[name] for s in minibatch_stats]).mean() for name in minibatch_stats[0]}, {}
+        losses = {name: torch.stack([s[name] for s in minibatch_stats]).mean() for name in minibatch_stats[0]}
+        measured = {}
         if measure:
             valid_index = torch.nonzero(batch["valid"].bool()).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
             measured = measure_q_network(q_network, batch["obs"][sample], args.dormant_tau)
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
             if args.save_embeddings:
-                embeddings.append(embed(q_network, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))  # fmt: skip
+                embedded = sample[: args.embeddings_per_iteration]
+                embeddings.append(embed(q_network, batch["obs"][embedded], iteration, global_step))
         charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
         for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
             for name, value in scalars.items():
