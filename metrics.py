@@ -1,17 +1,19 @@
 """Measurements shared by every script: plasticity / optimisation metrics and score tables.
 
 Every function is pure (tensors or numbers in, numbers out) so that a test can check it on
-hand-made inputs. Definitions follow Appendix B of Mayor et al., "The Impact of On-Policy
+hand-made inputs, but `hidden_activations`, which records a network's hidden outputs for them. Definitions follow Appendix B of Mayor et al., "The Impact of On-Policy
 Parallelized Data Collection on Deep Reinforcement Learning Networks" (ICML 2025), unless
 a docstring says otherwise; `../shared/SPEC.md` pins the exact variants used here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
+from torch import nn
 
 # --------------------------------------------------------------------------------------
 # Representation metrics
@@ -52,6 +54,20 @@ def dormant_percentage(activations: Sequence[torch.Tensor], tau: float = 0.025) 
         dormant += int((scores <= tau).sum().item())
         total += per_neuron.numel()
     return 100.0 * dormant / max(total, 1)
+
+
+@contextmanager
+def hidden_activations(network: nn.Module, activation: type[nn.Module] = nn.ReLU) -> Iterator[list[torch.Tensor]]:
+    """The outputs of every `activation` module of `network` in the forward passes run inside the `with` block, in
+    call order: the hidden layers that `dormant_percentage` reads (the output heads have no activation module)."""
+    outputs: list[torch.Tensor] = []
+    modules = [module for module in network.modules() if isinstance(module, activation)]
+    hooks = [module.register_forward_hook(lambda _module, _input, output: outputs.append(output)) for module in modules]
+    try:
+        yield outputs
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 def weight_norm(parameters: Iterable[torch.Tensor]) -> float:

@@ -204,12 +204,8 @@ def measure_agent(
 ) -> dict[str, float]:
     """The metrics/ tags that need a forward pass, after the update, on the metrics batch:
     ratios and KL compare the updated policy with the policy that collected the rollout."""
-    activations: list[torch.Tensor] = []  # every hidden post-ReLU output, for the dormant neurons
-    relus = [module for module in agent.modules() if isinstance(module, nn.ReLU)]
-    hooks = [relu.register_forward_hook(lambda _relu, _input, output: activations.append(output)) for relu in relus]
-    actor_features, critic_features = agent.features(obs)
-    for hook in hooks:
-        hook.remove()
+    with metrics.hidden_activations(agent) as activations:  # every hidden post-ReLU output, for the dormant neurons
+        actor_features, critic_features = agent.features(obs)
     logits = agent.actor(actor_features)
     log_ratio = Categorical(logits=logits).log_prob(actions) - Categorical(logits=behavior_logits).log_prob(actions)
     kl_behavior = metrics.categorical_kl(behavior_logits, logits).mean().item()
@@ -680,10 +676,8 @@ def finish_run(run_dir, writer, progress, args, iteration, global_step, embeddin
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
     save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
     if dist.is_initialized():  # the summed gradients keep every process's weights identical: check it once
-        weights = torch.cat([parameter.detach().flatten() for parameter in modules["model"].parameters()])
-        rank0_weights = weights.clone()
-        dist.broadcast(rank0_weights, src=0)
-        same = int(all_ranks_sum(torch.tensor(int(torch.equal(weights, rank0_weights)))))
+        gathered = all_ranks_list([torch.cat([tensor.detach().flatten() for tensor in modules["model"].parameters()]).cpu()])
+        same = sum(torch.equal(weights, gathered[0]) for weights in gathered)  # process 0 included
         if RANK == 0:
             print(f"weights identical on {same} of {WORLD_SIZE} processes")
         dist.destroy_process_group()

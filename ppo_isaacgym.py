@@ -200,12 +200,8 @@ def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavi
                   behavior_std: torch.Tensor, batch_size: int, dormant_tau: float) -> dict[str, float]:  # fmt: skip
     """The metrics/ tags that need a forward pass, after the update, on the metrics batch: ratios and the exact
     Gaussian KL compare the updated policy with the policy that collected the rollout (its mean and std per state)."""
-    activations: list[torch.Tensor] = []  # every hidden tanh output, for the dormant neurons
-    tanhs = [module for module in agent.modules() if isinstance(module, nn.Tanh)]
-    hooks = [tanh.register_forward_hook(lambda _tanh, _input, output: activations.append(output)) for tanh in tanhs]
-    actor_features, critic_features = agent.features(obs)
-    for hook in hooks:
-        hook.remove()
+    with metrics.hidden_activations(agent, nn.Tanh) as activations:  # every hidden tanh output, for the dormant neurons
+        actor_features, critic_features = agent.features(obs)
     mean = agent.actor_mean(actor_features)
     std = agent.actor_logstd.exp().expand_as(mean)
     log_ratio = Normal(mean, std).log_prob(actions).sum(-1) - Normal(behavior_mean, behavior_std).log_prob(actions).sum(-1)
@@ -674,10 +670,8 @@ def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_si
     save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
     if dist.is_initialized():  # summed gradients and moments keep every process's weights and normalisers equal
         state = [*modules["model"].parameters(), *modules["obs_rms"].buffers(), *modules["return_rms"].buffers()]
-        weights = torch.cat([tensor.detach().double().flatten() for tensor in state])
-        rank0_weights = weights.clone()
-        dist.broadcast(rank0_weights, src=0)
-        same = int(all_ranks_sum(torch.tensor(int(torch.equal(weights, rank0_weights)))))
+        gathered = all_ranks_list([torch.cat([tensor.detach().double().flatten() for tensor in state]).cpu()])
+        same = sum(torch.equal(weights, gathered[0]) for weights in gathered)  # process 0 included
         if RANK == 0:
             print(f"weights identical on {same} of {WORLD_SIZE} processes")
         dist.destroy_process_group()

@@ -262,12 +262,8 @@ def measure_agent(
 ) -> dict[str, float]:
     """The metrics/ tags that need a forward pass, after the update, on the metrics batch, of the policy/value
     network (not the RND networks): ratios and KL compare the updated policy with the one that collected the rollout."""
-    activations: list[torch.Tensor] = []  # every hidden post-ReLU output, for the dormant neurons
-    relus = [module for module in agent.modules() if isinstance(module, nn.ReLU)]
-    hooks = [relu.register_forward_hook(lambda _relu, _input, output: activations.append(output)) for relu in relus]
-    actor_features, critic_features = agent.features(obs)
-    for hook in hooks:
-        hook.remove()
+    with metrics.hidden_activations(agent) as activations:  # every hidden post-ReLU output, for the dormant neurons
+        actor_features, critic_features = agent.features(obs)
     logits = agent.actor(actor_features)
     log_ratio = Categorical(logits=logits).log_prob(actions) - Categorical(logits=behavior_logits).log_prob(actions)
     kl_behavior = metrics.categorical_kl(behavior_logits, logits).mean().item()

@@ -186,12 +186,8 @@ class QNetwork(nn.Module):
 @torch.no_grad()
 def measure_q_network(q_network: QNetwork, obs: torch.Tensor, dormant_tau: float) -> dict[str, float]:
     """The metrics/ tags that need a forward pass, after the update, on the metrics batch."""
-    activations: list[torch.Tensor] = []  # every hidden post-ReLU output, for the dormant neurons
-    relus = [module for module in q_network.modules() if isinstance(module, nn.ReLU)]
-    hooks = [relu.register_forward_hook(lambda _relu, _input, output: activations.append(output)) for relu in relus]
-    features = q_network.features(obs)
-    for hook in hooks:
-        hook.remove()
+    with metrics.hidden_activations(q_network) as activations:  # every hidden post-ReLU output, for the dormant neurons
+        features = q_network.features(obs)
     return {
         "feature_rank": metrics.feature_rank(features),
         "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),

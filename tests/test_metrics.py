@@ -46,6 +46,24 @@ def test_dormant_percentage_dense_and_conv_layers():
     assert metrics.dormant_percentage([conv_b], tau=0.1) == pytest.approx(50.0)
 
 
+def test_hidden_activations_records_each_activation_output_inside_the_block_only():
+    # weights set by hand: hidden pre-activations [x0 - x1, x1 - x0], the head reads the ReLU outputs
+    network = torch.nn.Sequential(torch.nn.Linear(2, 2, bias=False), torch.nn.ReLU(), torch.nn.Linear(2, 1), torch.nn.Tanh())
+    with torch.no_grad():
+        network[0].weight.copy_(torch.tensor([[1.0, -1.0], [-1.0, 1.0]]))
+    x = torch.tensor([[3.0, 1.0], [0.0, 2.0]])
+    with metrics.hidden_activations(network) as outputs:
+        network(x)
+    assert len(outputs) == 1  # the ReLU; the Tanh is not a ReLU
+    assert torch.equal(outputs[0], torch.tensor([[2.0, 0.0], [0.0, 2.0]]))
+    network(x)  # after the block the hooks are gone
+    assert len(outputs) == 1
+    with metrics.hidden_activations(network, torch.nn.Tanh) as outputs:
+        network(x)
+        network(x)
+    assert len(outputs) == 2 and outputs[0].shape == (2, 1)
+
+
 def test_weight_norm_is_l2_over_all_parameters():
     assert metrics.weight_norm([torch.tensor([3.0]), torch.tensor([[4.0, 0.0]])]) == pytest.approx(5.0)
 
