@@ -395,7 +395,8 @@ def main() -> None:
     # The proximal policy (no gradients: only ewma_update moves it) starts at the initial weights (W = 1), never reset.
     proximal = copy.deepcopy(agent).requires_grad_(False)
     ewma_beta, ewma_weight_sum = args.ewma_com / (args.ewma_com + 1), checkpoint["ewma_weight_sum"] if checkpoint else 1.0
-    global_step = restore_checkpoint(checkpoint, model=agent, optimizer=optimizer, proximal=proximal) if checkpoint else 0
+    state = {"model": agent, "optimizer": optimizer, "proximal": proximal}  # what a checkpoint holds, with the weight sum
+    global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
     if WORLD_SIZE > 1:  # the same initial weights everywhere, but each process its own action noise
         torch.manual_seed(hash((args.seed, RANK, start_iteration)))
@@ -405,7 +406,7 @@ def main() -> None:
     finished_games: list[tuple[int, float, int]] = []  # (global step, return, length)
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step, envs, phase, iteration = time.time(), global_step, None, None, start_iteration - 1
+    start_time, start_step, phase, iteration = time.time(), global_step, None, start_iteration - 1
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         if phase_at(args, global_step) != phase:  # EnvPool cannot resize a pool: a new phase plays new games in a new pool
@@ -413,8 +414,6 @@ def main() -> None:
             batch_size, num_steps = phase[0] * phase[1], phase[1]
             # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
             num_envs, minibatch_size = phase[0] // WORLD_SIZE, phase[2] // WORLD_SIZE
-            if envs is not None:
-                envs.close()
             # A resumed run or a new phase starts new games from another env seed: EnvPool's state cannot be saved.
             envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, max_episode_steps=args.max_episode_steps,
                                 seed=args.seed + iteration - 1 + RANK * num_envs, episodic_life=True, reward_clip=True)  # fmt: skip
@@ -519,13 +518,10 @@ def main() -> None:
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
-            save_checkpoint(run_dir, args, iteration, global_step, embeddings, model=agent, optimizer=optimizer,
-                            proximal=proximal, ewma_weight_sum=ewma_weight_sum)  # fmt: skip
+            save_checkpoint(run_dir, args, iteration, global_step, embeddings, **state, ewma_weight_sum=ewma_weight_sum)
 
-    if envs is not None:
-        envs.close()
-    finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, model=agent,
-               optimizer=optimizer, proximal=proximal, ewma_weight_sum=ewma_weight_sum)  # fmt: skip
+    finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, **state,
+               ewma_weight_sum=ewma_weight_sum)  # fmt: skip
 
 
 # ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video ----

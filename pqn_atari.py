@@ -290,22 +290,21 @@ def main() -> None:
     act, backward = q_network, minibatch_backward
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
         act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
-    global_step = restore_checkpoint(checkpoint, model=q_network, optimizer=optimizer) if checkpoint else 0
+    state = {"model": q_network, "optimizer": optimizer}  # what a checkpoint holds
+    global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
 
     # Full-game statistics: EnvPool's episodic_life ends an "episode" per life, but the score
     # that matters is the whole game (info["terminated"] marks the real game over).
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step, envs, phase, iteration = time.time(), global_step, None, None, start_iteration - 1
+    start_time, start_step, phase, iteration = time.time(), global_step, None, start_iteration - 1
     exploration_steps = args.exploration_fraction * args.total_timesteps
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         if phase_at(args, global_step) != phase:  # EnvPool cannot resize a pool: a new phase plays new games in a new pool
             phase = phase_at(args, global_step)
             (num_envs, num_steps, minibatch_size), batch_size = phase, phase[0] * phase[1]
-            if envs is not None:
-                envs.close()
             # A resumed run or a new phase starts new games from another env seed: EnvPool's state cannot be saved.
             envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=args.seed + iteration - 1,
                                 max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
@@ -393,13 +392,9 @@ def main() -> None:
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
-            save_checkpoint(run_dir, args, iteration, global_step, embeddings, model=q_network, optimizer=optimizer)
+            save_checkpoint(run_dir, args, iteration, global_step, embeddings, **state)
 
-    if envs is not None:
-        envs.close()
-    finish_run(
-        run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, model=q_network, optimizer=optimizer
-    )
+    finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, **state)
 
 
 # ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video ----
