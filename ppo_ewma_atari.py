@@ -343,7 +343,7 @@ def ewma_update(proximal: nn.Module, current: nn.Module, weight_sum: float, beta
     keep their proximal weights identical, with no communication."""
     new_weight_sum = beta * weight_sum + 1.0
     for proximal_tensor, tensor in zip(proximal.state_dict().values(), current.state_dict().values(), strict=True):
-        proximal_tensor.mul_(beta * weight_sum / new_weight_sum).add_(tensor, alpha=1.0 / new_weight_sum)
+        proximal_tensor.lerp_(tensor, 1.0 / new_weight_sum)  # the same sum: beta W / W' = 1 - 1 / W
     return new_weight_sum
 
 
