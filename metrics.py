@@ -156,6 +156,35 @@ def data_to_divergence_ratio(batch_size: int, kl_behavior: float) -> float:
     return float(batch_size / max(kl_behavior, 1e-12))
 
 
+def categorical_policy_change(
+    logits: torch.Tensor, behavior_logits: torch.Tensor, actions: torch.Tensor, batch_size: int
+) -> dict[str, float]:
+    """The tags that compare the updated policy (logits, (B, A)) with the behaviour policy that chose `actions` in
+    the same B states: ess_pct of pi_new(a|s) / pi_behavior(a|s), the updated policy's policy_variance, kl_behavior
+    (the mean exact KL(pi_behavior || pi_new)) and the ddr of a training batch of `batch_size`."""
+    log_probs, behavior_log_probs = torch.log_softmax(logits, dim=-1), torch.log_softmax(behavior_logits, dim=-1)
+    log_ratio = (log_probs - behavior_log_probs).gather(-1, actions[:, None]).squeeze(-1)
+    kl_behavior = categorical_kl(behavior_logits, logits).mean().item()
+    return {"ess_pct": ess_percentage(log_ratio.exp()), "policy_variance": categorical_policy_variance(log_probs.exp()),
+            "kl_behavior": kl_behavior, "ddr": data_to_divergence_ratio(batch_size, kl_behavior)}  # fmt: skip
+
+
+def gaussian_policy_change(
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    behavior_mean: torch.Tensor,
+    behavior_std: torch.Tensor,
+    actions: torch.Tensor,
+    batch_size: int,
+) -> dict[str, float]:
+    """`categorical_policy_change` for diagonal Gaussian policies given by their means and stds, (B, D) each."""
+    log_ratio = (torch.distributions.Normal(mean, std).log_prob(actions)
+                 - torch.distributions.Normal(behavior_mean, behavior_std).log_prob(actions)).sum(-1)  # fmt: skip
+    kl_behavior = gaussian_kl(behavior_mean, behavior_std, mean, std).mean().item()
+    return {"ess_pct": ess_percentage(log_ratio.exp()), "policy_variance": gaussian_policy_variance(mean, std),
+            "kl_behavior": kl_behavior, "ddr": data_to_divergence_ratio(batch_size, kl_behavior)}  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------
 # State-space coverage (B.7)
 # --------------------------------------------------------------------------------------

@@ -219,16 +219,12 @@ def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavi
     with metrics.hidden_activations(agent) as activations:  # every hidden post-ReLU output, for the dormant neurons
         actor_features, critic_features = agent.features(obs)
     logits = agent.actor(actor_features)
-    log_ratio = Categorical(logits=logits).log_prob(actions) - Categorical(logits=behavior_logits).log_prob(actions)
-    kl_behavior = metrics.categorical_kl(behavior_logits, logits).mean().item()
     measured = {
         "feature_rank": metrics.feature_rank(actor_features),
         "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
         "weight_norm": metrics.weight_norm(agent.parameters()),
-        "ess_pct": metrics.ess_percentage(log_ratio.exp()),
-        "policy_variance": metrics.categorical_policy_variance(torch.softmax(logits, dim=-1)),
-        "kl_behavior": kl_behavior,
-        "ddr": metrics.data_to_divergence_ratio(batch_size, kl_behavior),
+        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
+        **metrics.categorical_policy_change(logits, behavior_logits, actions, batch_size),
         "kl_prox": metrics.categorical_kl(proximal.actor(proximal.features(obs)[0]), logits).mean().item(),
     }
     if agent.critic_encoder is not None:

@@ -204,16 +204,12 @@ def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavi
         actor_features, critic_features = agent.features(obs)
     mean = agent.actor_mean(actor_features)
     std = agent.actor_logstd.exp().expand_as(mean)
-    log_ratio = Normal(mean, std).log_prob(actions).sum(-1) - Normal(behavior_mean, behavior_std).log_prob(actions).sum(-1)
-    kl_behavior = metrics.gaussian_kl(behavior_mean, behavior_std, mean, std).mean().item()
     measured = {
         "feature_rank": metrics.feature_rank(actor_features),
         "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
         "weight_norm": metrics.weight_norm(agent.parameters()),
-        "ess_pct": metrics.ess_percentage(log_ratio.exp()),
-        "policy_variance": metrics.gaussian_policy_variance(mean, std),
-        "kl_behavior": kl_behavior,
-        "ddr": metrics.data_to_divergence_ratio(batch_size, kl_behavior),
+        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
+        **metrics.gaussian_policy_change(mean, std, behavior_mean, behavior_std, actions, batch_size),
     }
     if agent.critic_encoder is not None:
         measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
@@ -473,7 +469,6 @@ def main() -> None:
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
             save_checkpoint(run_dir, args, iteration, global_step, embeddings, **modules)
 
-    envs.close()
     finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **modules)
 
 
@@ -705,9 +700,6 @@ class EnvPoolTasks:
         returned = self.envs.step(actions.cpu().numpy())[:4]
         return tuple(torch.as_tensor(x, dtype=torch.float32, device=self.device) for x in returned)
 
-    def close(self) -> None:
-        self.envs.close()
-
 
 class IsaacGymTasks:
     """IsaacGymEnvs' tasks: observations and rewards stay tensors on the training device (untested: no Isaac Gym here).
@@ -728,9 +720,6 @@ class IsaacGymTasks:
         obs, reward, dones, extras = self.envs.step(actions)
         truncated = extras["time_outs"].float()  # time-limit resets; the other dones are terminations
         return obs["obs"].float(), reward.float(), dones.float() * (1.0 - truncated), truncated
-
-    def close(self) -> None:
-        pass  # Isaac Gym frees its simulation at exit
 
 
 if __name__ == "__main__":

@@ -211,17 +211,12 @@ def measure_agent(
     ratios and KL compare the updated policy with the policy that collected the rollout."""
     with metrics.hidden_activations(agent) as activations:  # every hidden post-ReLU output, for the dormant neurons
         actor_features, critic_features = agent.features(obs)
-    logits = agent.actor(actor_features)
-    log_ratio = Categorical(logits=logits).log_prob(actions) - Categorical(logits=behavior_logits).log_prob(actions)
-    kl_behavior = metrics.categorical_kl(behavior_logits, logits).mean().item()
     measured = {
         "feature_rank": metrics.feature_rank(actor_features),
         "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
         "weight_norm": metrics.weight_norm(agent.parameters()),
-        "ess_pct": metrics.ess_percentage(log_ratio.exp()),
-        "policy_variance": metrics.categorical_policy_variance(torch.softmax(logits, dim=-1)),
-        "kl_behavior": kl_behavior,
-        "ddr": metrics.data_to_divergence_ratio(batch_size, kl_behavior),
+        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
+        **metrics.categorical_policy_change(agent.actor(actor_features), behavior_logits, actions, batch_size),
     }
     if agent.critic_encoder is not None:
         measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
@@ -284,15 +279,6 @@ def all_ranks_sum_gradients(parameters) -> None:
         dist.all_reduce(parameter.grad)
 
 
-def merge_moments(mean, var, count, batch_mean, batch_var, batch_count):
-    """Chan et al.'s parallel update: mean, population variance and count of two sets from those of each."""
-    total = count + batch_count
-    delta = batch_mean - mean
-    new_mean = mean + delta * (batch_count / total)
-    sum_of_squares = var * count + batch_var * batch_count + delta.square() * (count * batch_count / total)
-    return new_mean, sum_of_squares / total, total
-
-
 class RunningMeanStd(nn.Module):
     """Running mean and variance of (B, *shape) batches in float64 buffers (they follow `.to(device)` and state_dict).
     The count starts at 1e-4 with variance 1, as in baselines' VecNormalize: no division by a zero std at first."""
@@ -304,13 +290,15 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.full((), 1e-4, dtype=torch.float64))
 
     def update(self, batch: torch.Tensor, weights: torch.Tensor) -> None:
-        """Merge a batch; rows with weight 0 (reset steps) are left out without a host sync. Under torchrun, the batch
-        of every process (its count and sums are summed over them): every process holds the same statistics."""
+        """Merge a batch (Chan et al.'s parallel update); rows with weight 0 (reset steps) are left out without a host
+        sync. Under torchrun, the batch of every process (its count and sums summed over them): all hold the same statistics."""
         batch, weights = batch.double(), weights.double().reshape((-1,) + (1,) * (batch.dim() - 1))
-        batch_count = all_ranks_sum(weights.sum())
-        batch_mean = all_ranks_sum((weights * batch).sum(0)) / batch_count.clamp(min=1.0)
-        batch_var = all_ranks_sum((weights * (batch - batch_mean).square()).sum(0)) / batch_count.clamp(min=1.0)
-        self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count, batch_mean, batch_var, batch_count)
+        count = all_ranks_sum(weights.sum())
+        mean = all_ranks_sum((weights * batch).sum(0)) / count.clamp(min=1.0)
+        var = all_ranks_sum((weights * (batch - mean).square()).sum(0)) / count.clamp(min=1.0)
+        total, delta = self.count + count, mean - self.mean
+        self.var = (self.var * self.count + var * count + delta.square() * (self.count * count / total)) / total
+        self.mean, self.count = self.mean + delta * (count / total), total
 
 
 def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningMeanStd, gamma: float, clip: float):
@@ -494,7 +482,6 @@ def main() -> None:
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
             save_checkpoint(run_dir, args, iteration, global_step, embeddings, **state)
 
-    envs.close()
     finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **state)
 
 

@@ -264,17 +264,12 @@ def measure_agent(
     network (not the RND networks): ratios and KL compare the updated policy with the one that collected the rollout."""
     with metrics.hidden_activations(agent) as activations:  # every hidden post-ReLU output, for the dormant neurons
         actor_features, critic_features = agent.features(obs)
-    logits = agent.actor(actor_features)
-    log_ratio = Categorical(logits=logits).log_prob(actions) - Categorical(logits=behavior_logits).log_prob(actions)
-    kl_behavior = metrics.categorical_kl(behavior_logits, logits).mean().item()
     measured = {
         "feature_rank": metrics.feature_rank(actor_features),
         "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
         "weight_norm": metrics.weight_norm(agent.parameters()),
-        "ess_pct": metrics.ess_percentage(log_ratio.exp()),
-        "policy_variance": metrics.categorical_policy_variance(torch.softmax(logits, dim=-1)),
-        "kl_behavior": kl_behavior,
-        "ddr": metrics.data_to_divergence_ratio(batch_size, kl_behavior),
+        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
+        **metrics.categorical_policy_change(agent.actor(actor_features), behavior_logits, actions, batch_size),
     }
     if agent.critic_encoder is not None:
         measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
@@ -565,7 +560,6 @@ def main() -> None:
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
             save_checkpoint(run_dir, args, iteration, global_step, embeddings, **state())
 
-    envs.close()
     finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **state())
 
 

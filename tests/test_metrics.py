@@ -121,6 +121,36 @@ def test_ddr_and_explained_variance():
     assert metrics.explained_variance(torch.full((3,), 2.0), target) == pytest.approx(0.0)
 
 
+def test_categorical_policy_change_by_hand():
+    # behaviour (0.5, 0.5) in both states; updated (0.8, 0.2) and (0.2, 0.8); action 0 taken in both
+    behavior_logits = torch.zeros(2, 2)
+    logits = torch.log(torch.tensor([[0.8, 0.2], [0.2, 0.8]]))
+    measured = metrics.categorical_policy_change(logits, behavior_logits, torch.tensor([0, 0]), batch_size=1024)
+    # ratios 1.6 and 0.4: ESS = 100 * 2.0^2 / (2 * (2.56 + 0.16))
+    assert measured["ess_pct"] == pytest.approx(100 * 4 / 5.44)
+    # pi(a0|s) over the states is (0.8, 0.2): variance 0.09, and the same for a1
+    assert measured["policy_variance"] == pytest.approx(0.09)
+    # KL(behaviour || updated) = 0.5 ln(0.5 / 0.8) + 0.5 ln(0.5 / 0.2) = 0.5 ln 1.5625 in both states
+    assert measured["kl_behavior"] == pytest.approx(0.5 * math.log(1.5625))
+    assert measured["ddr"] == pytest.approx(1024 / (0.5 * math.log(1.5625)))
+
+
+def test_gaussian_policy_change_by_hand():
+    # one action dimension; behaviour N(0, 1) in both states; updated N(1, 1) and N(0, 1); action 0 in both
+    mean, std = torch.tensor([[1.0], [0.0]]), torch.ones(2, 1)
+    measured = metrics.gaussian_policy_change(
+        mean, std, torch.zeros(2, 1), torch.ones(2, 1), torch.zeros(2, 1), batch_size=100
+    )
+    # log ratios -0.5 and 0
+    ratios = [math.exp(-0.5), 1.0]
+    assert measured["ess_pct"] == pytest.approx(100 * sum(ratios) ** 2 / (2 * sum(r * r for r in ratios)))
+    # the means (1, 0) vary by 0.25, the stds (1, 1) not at all: 0.125 on average
+    assert measured["policy_variance"] == pytest.approx(0.125)
+    # KL(N(0, 1) || N(1, 1)) = 0.5 and 0 -> mean 0.25
+    assert measured["kl_behavior"] == pytest.approx(0.25)
+    assert measured["ddr"] == pytest.approx(400.0)
+
+
 def test_grid_coverage_counts_occupied_cells():
     points = np.array([[0.0, 0.0], [0.1, 0.1], [0.5, 0.5], [1.0, 1.0]])
     # G = 4: cells (0,0), (0,0), (2,2), (3,3) (the edge 1.0 is clamped into the last cell)

@@ -20,11 +20,10 @@ from conftest import (
     tyro_error,
     usage_error,
 )
-from torch import nn
 
 import metrics
 import ppo_procgen
-from ppo_procgen import ResidualBlock, RunningMeanStd, conv_sequence, impala_cnn, merge_moments, scale_rewards
+from ppo_procgen import ResidualBlock, RunningMeanStd, conv_sequence, impala_cnn, scale_rewards
 
 SCRIPT = "ppo_procgen.py"
 # 4 envs x 32 steps x 8 iterations: 256 steps per env, several BigFish episodes (a random fish dies within ~50-300)
@@ -36,10 +35,9 @@ def test_impala_blocks_keep_or_halve_the_shape():
     x = torch.randn(5, 16, 32, 32)
     assert ResidualBlock(16)(x).shape == x.shape
     assert conv_sequence(3, 16)(torch.randn(5, 3, 64, 64)).shape == (5, 16, 32, 32)
-    encoder, activations = impala_cnn(), []  # every post-ReLU output, as measure_agent collects them
-    for relu in (module for module in encoder.modules() if isinstance(module, nn.ReLU)):
-        relu.register_forward_hook(lambda _relu, _input, output: activations.append(output))
-    features = encoder(torch.rand(5, 3, 64, 64))
+    encoder = impala_cnn()
+    with metrics.hidden_activations(encoder) as activations:  # every post-ReLU output, as measure_agent collects them
+        features = encoder(torch.rand(5, 3, 64, 64))
     assert features.shape == (5, 256)
     # 3 stages x 2 residual blocks x 2 ReLUs, the flattened stage output and the dense layer
     assert len(activations) == 14
@@ -54,15 +52,16 @@ def test_residual_block_is_identity_plus_two_convolutions():
     torch.testing.assert_close(block(x), expected)
 
 
-def test_merge_moments_matches_numpy():
+def test_running_mean_std_merges_moments_as_numpy():
     rng = np.random.default_rng(0)
     a, b = rng.normal(2.0, 3.0, size=(50, 3)), rng.normal(-1.0, 0.5, size=(30, 3))
-    mean, var, count = merge_moments(torch.tensor(a.mean(0)), torch.tensor(a.var(0)), torch.tensor(50.0),
-                                     torch.tensor(b.mean(0)), torch.tensor(b.var(0)), torch.tensor(30.0))  # fmt: skip
+    rms = RunningMeanStd((3,))  # holding the statistics of a, then merging b
+    rms.mean, rms.var, rms.count = torch.tensor(a.mean(0)), torch.tensor(a.var(0)), torch.tensor(50.0, dtype=torch.float64)
+    rms.update(torch.tensor(b), torch.ones(30))
     both = np.concatenate([a, b])
-    np.testing.assert_allclose(mean.numpy(), both.mean(0), rtol=1e-12)
-    np.testing.assert_allclose(var.numpy(), both.var(0), rtol=1e-12)
-    assert count.item() == 80
+    np.testing.assert_allclose(rms.mean.numpy(), both.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(rms.var.numpy(), both.var(0), rtol=1e-12)
+    assert rms.count.item() == 80
 
 
 def test_running_mean_std_leaves_out_weight_zero_rows():
