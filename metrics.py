@@ -1,9 +1,10 @@
 """Measurements shared by every script: plasticity / optimisation metrics and score tables.
 
 Every function is pure (tensors or numbers in, numbers out) so that a test can check it on
-hand-made inputs, but `hidden_activations`, which records a network's hidden outputs for them. Definitions follow Appendix B of Mayor et al., "The Impact of On-Policy
-Parallelized Data Collection on Deep Reinforcement Learning Networks" (ICML 2025), unless
-a docstring says otherwise; `../shared/SPEC.md` pins the exact variants used here.
+hand-made inputs; the one exception, `hidden_activations`, records a network's hidden outputs
+for `dormant_percentage`. Definitions follow Appendix B of Mayor et al., "The Impact of
+On-Policy Parallelized Data Collection on Deep Reinforcement Learning Networks" (ICML 2025),
+unless a docstring says otherwise; `../shared/SPEC.md` pins the exact variants used here.
 """
 
 from __future__ import annotations
