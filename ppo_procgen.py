@@ -608,9 +608,7 @@ def start_run(args: Args, checkpoint: dict | None):
 def stop_requested(stop_signal: list[int]) -> bool:
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
     Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
-    if not dist.is_initialized():
-        return bool(stop_signal)
-    if received := max(all_ranks_list(stop_signal[:1]), default=0):
+    if received := max(all_ranks_list(stop_signal[:1]), default=0):  # one process: its own first signal
         stop_signal[:] = [received]
     return bool(received)
 
