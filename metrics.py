@@ -33,8 +33,9 @@ def feature_rank(features: torch.Tensor, threshold: float = 0.99) -> int:
     if total <= 0:
         return 0
     cumulative = torch.cumsum(energy, dim=0) / total
-    # A tiny tolerance so that an exact 99 % share is not lost to float rounding.
-    return int(torch.searchsorted(cumulative, torch.tensor(threshold - 1e-12, dtype=cumulative.dtype)).item()) + 1
+    # k - 1 shares fall short of the threshold (a tiny tolerance keeps an exact 99 % share from float rounding). A
+    # comparison with a Python number: no tensor of another device (searchsorted would need one on cumulative's device).
+    return int((cumulative < threshold - 1e-12).sum().item()) + 1
 
 
 def dormant_percentage(activations: Sequence[torch.Tensor], tau: float = 0.025) -> float:

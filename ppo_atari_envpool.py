@@ -193,9 +193,16 @@ class Agent(nn.Module):
     def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
         actor_features, critic_features = self.features(obs)
         logits = self.actor(actor_features)
-        distribution = Categorical(logits=logits)
-        action = distribution.sample() if action is None else action
+        distribution = Categorical(logits=logits, validate_args=False)  # validation waits for the GPU (bool of a tensor)
+        action = sample_actions(logits) if action is None else action
         return action, distribution.log_prob(action), distribution.entropy(), self.critic(critic_features).squeeze(-1), logits
+
+
+def sample_actions(logits: torch.Tensor) -> torch.Tensor:
+    """One action per row of (B, A) logits, drawn from softmax(logits) by the Gumbel-max trick: argmax(logits + G),
+    G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never waits."""
+    noise = torch.empty_like(logits).exponential_().clamp_(min=torch.finfo(logits.dtype).tiny)  # a 0 would always win
+    return (logits - noise.log()).argmax(dim=-1)
 
 
 @torch.no_grad()
@@ -261,40 +268,59 @@ def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of x where mask is 1. Under torchrun, this process's share of the mean over every process's entries
-    (their reset steps differ): the shares sum to the mean, and their gradients to its gradient."""
-    return (x * mask).sum() / all_ranks_sum(mask.sum()).clamp(min=1.0)
+def minibatch_statistics(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every process
+    of a torchrun run in one collective (sums in float64). The loss divides by them, so that it holds no collective,
+    which a compiled graph or a CUDA graph would capture."""
+    mask, advantages = minibatch["valid"].double(), minibatch["advantages"].double()
+    sums = all_ranks_sum(torch.stack([mask.sum(), (mask * advantages).sum(), (mask * advantages.square()).sum()]))
+    count = sums[0].clamp(min=1.0)
+    mean = sums[1] / count
+    std = (sums[2] / count - mean.square()).clamp(min=0.0).sqrt()
+    return {"valid_count": count.float(), "advantage_mean": mean.float(), "advantage_std": std.float()}
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Mean of x where mask is 1, given the count of those entries over every process: under torchrun this process's
+    share of the mean over every process's entries (their reset steps differ); the shares sum to the mean, and their
+    gradients to its gradient."""
+    return (x * mask).sum() / count
 
 
 def all_ranks_sum_gradients(parameters) -> None:
-    """Under torchrun, replace each gradient by its sum over the processes: every loss is a share of the global
-    masked mean, so this is the single-process gradient and every process takes the same step."""
-    for parameter in parameters if dist.is_initialized() else ():
-        dist.all_reduce(parameter.grad)
+    """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
+    share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
+    if not dist.is_initialized():
+        return
+    gradients = [parameter.grad for parameter in parameters]
+    flat = torch.cat([gradient.flatten() for gradient in gradients])
+    dist.all_reduce(flat)
+    for gradient, summed in zip(gradients, flat.split([gradient.numel() for gradient in gradients]), strict=True):
+        gradient.copy_(summed.view_as(gradient))
 
 
 def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor], *, clip_coef: float, clip_vloss: bool,
              ent_coef: float, vf_coef: float, norm_adv: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # fmt: skip
-    """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages,
-    returns and valid (the reset-step mask: entries with 0 do not count)."""
+    """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages, returns and valid (the
+    reset-step mask: entries with 0 do not count), and the `minibatch_statistics` of those."""
     mask, advantages, returns, old_value = (minibatch[k] for k in ("valid", "advantages", "returns", "values"))
+    count = minibatch["valid_count"]
     if norm_adv:
-        mean = all_ranks_sum(masked_mean(advantages, mask))
-        advantages = (advantages - mean) / (all_ranks_sum(masked_mean((advantages - mean).square(), mask)).sqrt() + 1e-8)
+        advantages = (advantages - minibatch["advantage_mean"]) / (minibatch["advantage_std"] + 1e-8)
     log_ratio = new_logprob - minibatch["logprobs"]
     ratio = log_ratio.exp()
-    policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)), mask)
+    clipped_ratio = ratio.clamp(1 - clip_coef, 1 + clip_coef)
+    policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * clipped_ratio), mask, count)
     value_error = (new_value - returns).square()
     if clip_vloss:
         clipped_value = old_value + (new_value - old_value).clamp(-clip_coef, clip_coef)
         value_error = torch.max(value_error, (clipped_value - returns).square())
-    value_loss = 0.5 * masked_mean(value_error, mask)
-    entropy_loss = masked_mean(entropy, mask)
+    value_loss = 0.5 * masked_mean(value_error, mask, count)
+    entropy_loss = masked_mean(entropy, mask, count)
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * value_loss
     stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
-             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask),  # Schulman's k3 estimator
-             "clipfrac": masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask)}  # fmt: skip
+             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask, count),  # Schulman's k3 estimator
+             "clipfrac": masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)}  # fmt: skip
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
@@ -351,6 +377,7 @@ def main() -> None:
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     act, backward = agent.get_action_and_value, minibatch_backward
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
+        torch._inductor.config.fallback_random = True  # the eager path's random numbers: a seed draws the same actions
         act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
     state = {"model": agent, "optimizer": optimizer}  # what a checkpoint holds
     global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
@@ -376,13 +403,18 @@ def main() -> None:
                                 seed=args.seed + iteration - 1 + RANK * num_envs, episodic_life=True, reward_clip=True)  # fmt: skip
             # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
             size = (num_steps, num_envs)
-            rollout = {"obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+            # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
+            frames = torch.empty((size[0] * size[1], *envs.observation_space.shape), dtype=torch.uint8, device=device,
+                                 memory_format=agent.memory_format)  # fmt: skip
+            rollout = {"obs": frames.zero_().unflatten(0, size),
                        "actions": torch.zeros(size, dtype=torch.long, device=device),
                        "logits": torch.zeros(size + (num_actions,), device=device),
                        "logprobs": torch.zeros(size, device=device), "values": torch.zeros(size, device=device)}  # fmt: skip
             # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
             host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
             next_obs = torch.tensor(envs.reset()[0], device=device)
+            # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
+            host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
             next_done, game_return = np.zeros(num_envs, dtype=np.float32), np.zeros(num_envs)
         optimizer.param_groups[0]["lr"] = learning_rate(args, phase[0], global_step)
 
@@ -397,7 +429,8 @@ def main() -> None:
             rollout["values"][step], rollout["logits"][step] = value, logits
 
             next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())  # the step's one sync
-            next_obs.copy_(torch.from_numpy(next_obs_np))
+            host_obs.copy_(torch.from_numpy(next_obs_np))  # free again: the last sync waited for the forward pass that read it
+            next_obs.copy_(host_obs, non_blocking=True)  # a no-op on the CPU, where host_obs is next_obs
             host["rewards"][step], host["terminations"][step], host["truncations"][step] = reward, terminations, truncations
             next_done = np.maximum(terminations, truncations).astype(np.float32)
 
@@ -422,7 +455,6 @@ def main() -> None:
                 rollout["rewards"], rollout["values"], rollout["terminations"], rollout["truncations"],
                 rollout["valid"], next_value, args.gamma, args.gae_lambda)  # fmt: skip
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
-        batch["obs"] = batch["obs"].contiguous(memory_format=agent.memory_format)  # once, not per minibatch
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis, clip_coef = [], [], None, torch.tensor(args.clip_coef, device=device)
@@ -430,6 +462,7 @@ def main() -> None:
             permutation = torch.randperm(len(batch["obs"]), device=device)
             for start in range(0, len(batch["obs"]), minibatch_size):
                 minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
+                minibatch |= minibatch_statistics(minibatch)  # outside the compiled update: it holds the collective
                 optimizer.zero_grad()
                 # .clone(): a CUDA graph overwrites its outputs at its next replay
                 stats = {name: value.clone() for name, value in backward(agent, minibatch, args, clip_coef).items()}
@@ -627,7 +660,8 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
     """checkpoint.pt (state dicts, counters, RNG states: tensors and plain data for weights_only) and the
     new embeddings, each written to a temporary file and renamed: a crash never leaves half a file. Process 0 only."""
     if modules and RANK == 0:
-        rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+        # The training device's generator only: the run may resume on a machine with fewer GPUs.
+        rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
         state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
         path = os.path.join(run_dir, "checkpoint.pt")
         torch.save(state | {"iteration": iteration, "global_step": global_step}, f"{path}.tmp")
@@ -648,8 +682,8 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     except (KeyError, RuntimeError, ValueError) as error:  # e.g. written by an older version of the script
         fail(f"--resume: the checkpoint does not fit this version of {os.path.basename(__file__)} ({type(error).__name__})")
     torch.set_rng_state(checkpoint["rng"]["torch"])
-    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():  # older versions saved every visible GPU's: the first trained
+        torch.cuda.set_rng_state(checkpoint["rng"]["cuda"][0])
     print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
 

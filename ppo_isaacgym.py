@@ -189,7 +189,8 @@ class Agent(nn.Module):
         """Unclipped action, its log-probability and entropy (summed over dimensions), value, mean."""
         actor_features, critic_features = self.features(obs)
         mean = self.actor_mean(actor_features)
-        distribution = Normal(mean, self.actor_logstd.exp().expand_as(mean))
+        # No argument validation: it checks the values on the host, which waits for the GPU at every step.
+        distribution = Normal(mean, self.actor_logstd.exp().expand_as(mean), validate_args=False)
         action = distribution.sample() if action is None else action
         value = self.critic(critic_features).squeeze(-1)
         return action, distribution.log_prob(action).sum(-1), distribution.entropy().sum(-1), value, mean
@@ -259,17 +260,35 @@ def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of x where mask is 1. Under torchrun, this process's share of the mean over every process's entries
-    (their reset steps differ): the shares sum to the mean, and their gradients to its gradient."""
-    return (x * mask).sum() / all_ranks_sum(mask.sum()).clamp(min=1.0)
+def minibatch_statistics(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every process
+    of a torchrun run in one collective (sums in float64). The loss divides by them, so that it holds no collective,
+    which a compiled graph or a CUDA graph would capture."""
+    mask, advantages = minibatch["valid"].double(), minibatch["advantages"].double()
+    sums = all_ranks_sum(torch.stack([mask.sum(), (mask * advantages).sum(), (mask * advantages.square()).sum()]))
+    count = sums[0].clamp(min=1.0)
+    mean = sums[1] / count
+    std = (sums[2] / count - mean.square()).clamp(min=0.0).sqrt()
+    return {"valid_count": count.float(), "advantage_mean": mean.float(), "advantage_std": std.float()}
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Mean of x where mask is 1, given the count of those entries over every process: under torchrun this process's
+    share of the mean over every process's entries (their reset steps differ); the shares sum to the mean, and their
+    gradients to its gradient."""
+    return (x * mask).sum() / count
 
 
 def all_ranks_sum_gradients(parameters) -> None:
-    """Under torchrun, replace each gradient by its sum over the processes: every loss is a share of the global
-    masked mean, so this is the single-process gradient and every process takes the same step."""
-    for parameter in parameters if dist.is_initialized() else ():
-        dist.all_reduce(parameter.grad)
+    """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
+    share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
+    if not dist.is_initialized():
+        return
+    gradients = [parameter.grad for parameter in parameters]
+    flat = torch.cat([gradient.flatten() for gradient in gradients])
+    dist.all_reduce(flat)
+    for gradient, summed in zip(gradients, flat.split([gradient.numel() for gradient in gradients]), strict=True):
+        gradient.copy_(summed.view_as(gradient))
 
 
 def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor], *, clip_coef: float, clip_vloss: bool,
@@ -277,22 +296,23 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
     """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages,
     returns and valid (the reset-step mask: entries with 0 do not count)."""
     mask, advantages, returns, old_value = (minibatch[k] for k in ("valid", "advantages", "returns", "values"))
+    count = minibatch["valid_count"]
     if norm_adv:
-        mean = all_ranks_sum(masked_mean(advantages, mask))
-        advantages = (advantages - mean) / (all_ranks_sum(masked_mean((advantages - mean).square(), mask)).sqrt() + 1e-8)
+        advantages = (advantages - minibatch["advantage_mean"]) / (minibatch["advantage_std"] + 1e-8)
     log_ratio = new_logprob - minibatch["logprobs"]
     ratio = log_ratio.exp()
-    policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)), mask)
+    clipped_ratio = ratio.clamp(1 - clip_coef, 1 + clip_coef)
+    policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * clipped_ratio), mask, count)
     value_error = (new_value - returns).square()
     if clip_vloss:
         clipped_value = old_value + (new_value - old_value).clamp(-clip_coef, clip_coef)
         value_error = torch.max(value_error, (clipped_value - returns).square())
-    value_loss = 0.5 * masked_mean(value_error, mask)
-    entropy_loss = masked_mean(entropy, mask)
+    value_loss = 0.5 * masked_mean(value_error, mask, count)
+    entropy_loss = masked_mean(entropy, mask, count)
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * value_loss
     stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
-             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask),  # Schulman's k3 estimator
-             "clipfrac": masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask)}  # fmt: skip
+             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask, count),  # Schulman's k3 estimator
+             "clipfrac": masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)}  # fmt: skip
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
@@ -319,16 +339,22 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def update(self, batch: torch.Tensor, weights: torch.Tensor | None = None) -> None:
         """Merge a batch (Chan et al.'s parallel update); rows of weight 0 (reset steps) are left out without a host sync.
-        Under torchrun, the batches of every process (count and sums summed over them): all hold the same statistics."""
+        Under torchrun, the batches of every process, in one collective: the count and the sums of the deviations from
+        the running mean (the same everywhere) and of their squares, summed over the processes, so all hold the same
+        statistics. The buffers change in place: a compiled graph that reads them keeps their addresses."""
         batch = batch.double()
         weights = (torch.ones(len(batch), device=batch.device) if weights is None else weights).double()
         weights = weights.reshape(-1, *[1] * (batch.dim() - 1))
-        count = all_ranks_sum(weights.sum())
-        mean = all_ranks_sum((weights * batch).sum(0)) / count.clamp(min=1.0)
-        var = all_ranks_sum((weights * (batch - mean).square()).sum(0)) / count.clamp(min=1.0)
-        total, delta = self.count + count, mean - self.mean
-        self.var = (self.var * self.count + var * count + delta.square() * (self.count * count / total)) / total
-        self.mean, self.count = self.mean + delta * (count / total), total
+        deviation = batch - self.mean
+        sums = all_ranks_sum(torch.cat([weights.sum().reshape(1), (weights * deviation).sum(0).flatten(),
+                                        (weights * deviation.square()).sum(0).flatten()]))  # fmt: skip
+        count, deviation_sum, square_sum = sums[0], *(part.view_as(self.mean) for part in sums[1:].chunk(2))
+        delta = deviation_sum / count.clamp(min=1.0)  # the batch's mean minus the running mean
+        var = square_sum / count.clamp(min=1.0) - delta.square()
+        total = self.count + count
+        self.var.copy_((self.var * self.count + var * count + delta.square() * (self.count * count / total)) / total)
+        self.mean.add_(delta * (count / total))
+        self.count.copy_(total)
 
 
 def normalise_observations(obs: torch.Tensor, obs_rms: RunningMeanStd, clip: float) -> torch.Tensor:
@@ -364,6 +390,7 @@ def main() -> None:
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     act, backward = agent.get_action_and_value, minibatch_backward
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
+        torch._inductor.config.fallback_random = True  # the eager path's random numbers: a seed draws the same actions
         act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
     obs_rms, return_rms = RunningMeanStd((obs_dim,)).to(device), RunningMeanStd().to(device)
     modules = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms}
@@ -437,6 +464,7 @@ def main() -> None:
             permutation = torch.randperm(len(batch["obs"]), device=device)
             for start in range(0, len(batch["obs"]), minibatch_size):
                 minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
+                minibatch |= minibatch_statistics(minibatch)  # outside the compiled update: it holds the collective
                 optimizer.zero_grad()
                 # .clone(): a CUDA graph overwrites its outputs at its next replay
                 stats = {name: value.clone() for name, value in backward(agent, minibatch, args).items()}
@@ -625,7 +653,8 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
     """checkpoint.pt (state dicts, counters, RNG states: tensors and plain data for weights_only) and the
     new embeddings, each written to a temporary file and renamed: a crash never leaves half a file. Process 0 only."""
     if modules and RANK == 0:
-        rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+        # The training device's generator only: the run may resume on a machine with fewer GPUs.
+        rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
         state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
         path = os.path.join(run_dir, "checkpoint.pt")
         torch.save(state | {"iteration": iteration, "global_step": global_step}, f"{path}.tmp")
@@ -646,8 +675,8 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     except (KeyError, RuntimeError, ValueError) as error:  # e.g. written by an older version of the script
         fail(f"--resume: the checkpoint does not fit this version of {os.path.basename(__file__)} ({type(error).__name__})")
     torch.set_rng_state(checkpoint["rng"]["torch"])
-    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():  # older versions saved every visible GPU's: the first trained
+        torch.cuda.set_rng_state(checkpoint["rng"]["cuda"][0])
     print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
 

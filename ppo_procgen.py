@@ -198,9 +198,16 @@ class Agent(nn.Module):
     def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
         actor_features, critic_features = self.features(obs)
         logits = self.actor(actor_features)
-        distribution = Categorical(logits=logits)
-        action = distribution.sample() if action is None else action
+        distribution = Categorical(logits=logits, validate_args=False)  # validation waits for the GPU (bool of a tensor)
+        action = sample_actions(logits) if action is None else action
         return action, distribution.log_prob(action), distribution.entropy(), self.critic(critic_features).squeeze(-1), logits
+
+
+def sample_actions(logits: torch.Tensor) -> torch.Tensor:
+    """One action per row of (B, A) logits, drawn from softmax(logits) by the Gumbel-max trick: argmax(logits + G),
+    G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never waits."""
+    noise = torch.empty_like(logits).exponential_().clamp_(min=torch.finfo(logits.dtype).tiny)  # a 0 would always win
+    return (logits - noise.log()).argmax(dim=-1)
 
 
 @torch.no_grad()
@@ -266,17 +273,35 @@ def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of x where mask is 1. Under torchrun, this process's share of the mean over every process's entries
-    (their reset steps differ): the shares sum to the mean, and their gradients to its gradient."""
-    return (x * mask).sum() / all_ranks_sum(mask.sum()).clamp(min=1.0)
+def minibatch_statistics(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every process
+    of a torchrun run in one collective (sums in float64). The loss divides by them, so that it holds no collective,
+    which a compiled graph or a CUDA graph would capture."""
+    mask, advantages = minibatch["valid"].double(), minibatch["advantages"].double()
+    sums = all_ranks_sum(torch.stack([mask.sum(), (mask * advantages).sum(), (mask * advantages.square()).sum()]))
+    count = sums[0].clamp(min=1.0)
+    mean = sums[1] / count
+    std = (sums[2] / count - mean.square()).clamp(min=0.0).sqrt()
+    return {"valid_count": count.float(), "advantage_mean": mean.float(), "advantage_std": std.float()}
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Mean of x where mask is 1, given the count of those entries over every process: under torchrun this process's
+    share of the mean over every process's entries (their reset steps differ); the shares sum to the mean, and their
+    gradients to its gradient."""
+    return (x * mask).sum() / count
 
 
 def all_ranks_sum_gradients(parameters) -> None:
-    """Under torchrun, replace each gradient by its sum over the processes: every loss is a share of the global
-    masked mean, so this is the single-process gradient and every process takes the same step."""
-    for parameter in parameters if dist.is_initialized() else ():
-        dist.all_reduce(parameter.grad)
+    """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
+    share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
+    if not dist.is_initialized():
+        return
+    gradients = [parameter.grad for parameter in parameters]
+    flat = torch.cat([gradient.flatten() for gradient in gradients])
+    dist.all_reduce(flat)
+    for gradient, summed in zip(gradients, flat.split([gradient.numel() for gradient in gradients]), strict=True):
+        gradient.copy_(summed.view_as(gradient))
 
 
 class RunningMeanStd(nn.Module):
@@ -289,16 +314,24 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.full((), 1e-4, dtype=torch.float64))
 
+    @torch.no_grad()
     def update(self, batch: torch.Tensor, weights: torch.Tensor) -> None:
-        """Merge a batch (Chan et al.'s parallel update); rows with weight 0 (reset steps) are left out without a host
-        sync. Under torchrun, the batch of every process (its count and sums summed over them): all hold the same statistics."""
-        batch, weights = batch.double(), weights.double().reshape((-1,) + (1,) * (batch.dim() - 1))
-        count = all_ranks_sum(weights.sum())
-        mean = all_ranks_sum((weights * batch).sum(0)) / count.clamp(min=1.0)
-        var = all_ranks_sum((weights * (batch - mean).square()).sum(0)) / count.clamp(min=1.0)
-        total, delta = self.count + count, mean - self.mean
-        self.var = (self.var * self.count + var * count + delta.square() * (self.count * count / total)) / total
-        self.mean, self.count = self.mean + delta * (count / total), total
+        """Merge a batch (Chan et al.'s parallel update); rows of weight 0 (reset steps) are left out without a host sync.
+        Under torchrun, the batches of every process, in one collective: the count and the sums of the deviations from
+        the running mean (the same everywhere) and of their squares, summed over the processes, so all hold the same
+        statistics. The buffers change in place: a compiled graph that reads them keeps their addresses."""
+        batch = batch.double()
+        weights = weights.double().reshape((-1,) + (1,) * (batch.dim() - 1))
+        deviation = batch - self.mean
+        sums = all_ranks_sum(torch.cat([weights.sum().reshape(1), (weights * deviation).sum(0).flatten(),
+                                        (weights * deviation.square()).sum(0).flatten()]))  # fmt: skip
+        count, deviation_sum, square_sum = sums[0], *(part.view_as(self.mean) for part in sums[1:].chunk(2))
+        delta = deviation_sum / count.clamp(min=1.0)  # the batch's mean minus the running mean
+        var = square_sum / count.clamp(min=1.0) - delta.square()
+        total = self.count + count
+        self.var.copy_((self.var * self.count + var * count + delta.square() * (self.count * count / total)) / total)
+        self.mean.add_(delta * (count / total))
+        self.count.copy_(total)
 
 
 def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningMeanStd, gamma: float, clip: float):
@@ -317,22 +350,23 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
     """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages,
     returns and valid (the reset-step mask: entries with 0 do not count)."""
     mask, advantages, returns, old_value = (minibatch[k] for k in ("valid", "advantages", "returns", "values"))
+    count = minibatch["valid_count"]
     if norm_adv:
-        mean = all_ranks_sum(masked_mean(advantages, mask))
-        advantages = (advantages - mean) / (all_ranks_sum(masked_mean((advantages - mean).square(), mask)).sqrt() + 1e-8)
+        advantages = (advantages - minibatch["advantage_mean"]) / (minibatch["advantage_std"] + 1e-8)
     log_ratio = new_logprob - minibatch["logprobs"]
     ratio = log_ratio.exp()
-    policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)), mask)
+    clipped_ratio = ratio.clamp(1 - clip_coef, 1 + clip_coef)
+    policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * clipped_ratio), mask, count)
     value_error = (new_value - returns).square()
     if clip_vloss:
         clipped_value = old_value + (new_value - old_value).clamp(-clip_coef, clip_coef)
         value_error = torch.max(value_error, (clipped_value - returns).square())
-    value_loss = 0.5 * masked_mean(value_error, mask)
-    entropy_loss = masked_mean(entropy, mask)
+    value_loss = 0.5 * masked_mean(value_error, mask, count)
+    entropy_loss = masked_mean(entropy, mask, count)
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * value_loss
     stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
-             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask),  # Schulman's k3 estimator
-             "clipfrac": masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask)}  # fmt: skip
+             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask, count),  # Schulman's k3 estimator
+             "clipfrac": masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)}  # fmt: skip
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
@@ -366,6 +400,7 @@ def main() -> None:
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     act, backward = agent.get_action_and_value, minibatch_backward
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
+        torch._inductor.config.fallback_random = True  # the eager path's random numbers: a seed draws the same actions
         act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
     return_rms = RunningMeanStd().to(device)  # of the discounted return, for the reward scaling
     state = {"model": agent, "optimizer": optimizer, "return_rms": return_rms}  # what a checkpoint holds
@@ -375,7 +410,10 @@ def main() -> None:
 
     # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
     size = (args.num_steps, num_envs)
-    rollout = {"obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+    # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
+    frames = torch.empty((size[0] * size[1], *envs.observation_space.shape), dtype=torch.uint8, device=device,
+                         memory_format=agent.memory_format)  # fmt: skip
+    rollout = {"obs": frames.zero_().unflatten(0, size),
                "actions": torch.zeros(size, dtype=torch.long, device=device),
                "logits": torch.zeros(size + (num_actions,), device=device)}  # fmt: skip
     for name in ("logprobs", "values", "rewards", "valid"):
@@ -385,6 +423,8 @@ def main() -> None:
     host = {name: np.zeros(size, dtype=np.float32) for name in ("terminations", "truncations")}
 
     next_obs = torch.tensor(envs.reset()[0], device=device)
+    # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
+    host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
     next_done = torch.zeros(num_envs, device=device)
     discounted_return = torch.zeros(num_envs, device=device)
     episode_return = np.zeros(num_envs)
@@ -411,7 +451,8 @@ def main() -> None:
             rollout["values"][step], rollout["logits"][step] = value, logits
 
             next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())  # the step's one sync
-            next_obs.copy_(torch.from_numpy(next_obs_np))
+            host_obs.copy_(torch.from_numpy(next_obs_np))  # free again: the last sync waited for the forward pass that read it
+            next_obs.copy_(host_obs, non_blocking=True)  # a no-op on the CPU, where host_obs is next_obs
             host["terminations"][step], host["truncations"][step] = terminations, truncations
             next_done = torch.as_tensor(np.maximum(terminations, truncations), dtype=torch.float32, device=device)
             rollout["rewards"][step], discounted_return = scale_rewards(
@@ -442,7 +483,6 @@ def main() -> None:
                 rollout["rewards"], rollout["values"], rollout["terminations"], rollout["truncations"],
                 rollout["valid"], next_value, args.gamma, args.gae_lambda)  # fmt: skip
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
-        batch["obs"] = batch["obs"].contiguous(memory_format=agent.memory_format)  # once, not per minibatch
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
@@ -450,6 +490,7 @@ def main() -> None:
             permutation = torch.randperm(len(batch["obs"]), device=device)
             for start in range(0, len(batch["obs"]), minibatch_size):
                 minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
+                minibatch |= minibatch_statistics(minibatch)  # outside the compiled update: it holds the collective
                 optimizer.zero_grad()
                 # .clone(): a CUDA graph overwrites its outputs at its next replay
                 stats = {name: value.clone() for name, value in backward(agent, minibatch, args).items()}
@@ -626,7 +667,8 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
     """checkpoint.pt (state dicts, counters, RNG states: tensors and plain data for weights_only) and the
     new embeddings, each written to a temporary file and renamed: a crash never leaves half a file. Process 0 only."""
     if modules and RANK == 0:
-        rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+        # The training device's generator only: the run may resume on a machine with fewer GPUs.
+        rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
         state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
         path = os.path.join(run_dir, "checkpoint.pt")
         torch.save(state | {"iteration": iteration, "global_step": global_step}, f"{path}.tmp")
@@ -647,8 +689,8 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     except (KeyError, RuntimeError, ValueError) as error:  # e.g. written by an older version of the script
         fail(f"--resume: the checkpoint does not fit this version of {os.path.basename(__file__)} ({type(error).__name__})")
     torch.set_rng_state(checkpoint["rng"]["torch"])
-    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():  # older versions saved every visible GPU's: the first trained
+        torch.cuda.set_rng_state(checkpoint["rng"]["cuda"][0])
     print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
 

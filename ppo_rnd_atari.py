@@ -204,8 +204,8 @@ class Agent(nn.Module):
         """action, log-probability, entropy, extrinsic value, intrinsic value, logits"""
         actor_features, critic_features = self.features(obs)
         logits = self.actor(actor_features)
-        distribution = Categorical(logits=logits)
-        action = distribution.sample() if action is None else action
+        distribution = Categorical(logits=logits, validate_args=False)  # validation waits for the GPU (bool of a tensor)
+        action = sample_actions(logits) if action is None else action
         return action, distribution.log_prob(action), distribution.entropy(), *self.values(critic_features), logits
 
 
@@ -248,12 +248,21 @@ class RunningMeanStd(nn.Module):
             var, mean = (moment.double() for moment in torch.var_mean(chunk.float(), dim=0, correction=0))
             n, delta = len(chunk), mean - self.mean
             total = self.count + n
-            self.var = (self.var * self.count + var * n + delta.square() * self.count * n / total) / total
-            self.mean, self.count = self.mean + delta * n / total, total
+            # In place: the compiled update reads these buffers, and --cudagraphs replays them at fixed addresses.
+            self.var.copy_((self.var * self.count + var * n + delta.square() * self.count * n / total) / total)
+            self.mean.add_(delta * n / total)
+            self.count.copy_(total)
 
     @property
     def std(self) -> torch.Tensor:
         return (self.var + 1e-8).sqrt()
+
+
+def sample_actions(logits: torch.Tensor) -> torch.Tensor:
+    """One action per row of (B, A) logits, drawn from softmax(logits) by the Gumbel-max trick: argmax(logits + G),
+    G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never waits."""
+    noise = torch.empty_like(logits).exponential_().clamp_(min=torch.finfo(logits.dtype).tiny)  # a 0 would always win
+    return (logits - noise.log()).argmax(dim=-1)
 
 
 @torch.no_grad()
@@ -416,6 +425,7 @@ def main() -> None:
     optimizer = torch.optim.Adam(trained_parameters, lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     act, backward = agent.get_action_and_value, minibatch_backward
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
+        torch._inductor.config.fallback_random = True  # the eager path's random numbers: a seed draws the same actions
         act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
     modules = {"model": agent, "rnd": rnd, "optimizer": optimizer, "obs_rms": obs_rms, "int_return_rms": int_return_rms}
     global_step = restore_checkpoint(checkpoint, **modules) if checkpoint else 0
@@ -428,7 +438,10 @@ def main() -> None:
 
     # Rollout storage on the training device; pixels stay uint8 until the networks.
     size = (args.num_steps, args.num_envs)
-    rollout = {"obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+    # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
+    frames = torch.empty((size[0] * size[1], *envs.observation_space.shape), dtype=torch.uint8, device=device,
+                         memory_format=agent.memory_format)  # fmt: skip
+    rollout = {"obs": frames.zero_().unflatten(0, size),
                "next_frames": torch.zeros(size + FRAME_SHAPE, dtype=torch.uint8, device=device),  # RND's inputs
                "actions": torch.zeros(size, dtype=torch.long, device=device),
                "logits": torch.zeros(size + (num_actions,), device=device)}  # fmt: skip
@@ -438,6 +451,8 @@ def main() -> None:
     host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
 
     next_obs = torch.tensor(envs.reset()[0], device=device)
+    # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
+    host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
     next_done = np.zeros(args.num_envs, dtype=np.float32)
     # Full-game statistics: EnvPool's episodic_life ends an "episode" per life, but the score
     # that matters is the whole game (info["terminated"] marks the real game over).
@@ -454,7 +469,8 @@ def main() -> None:
               flush=True)  # fmt: skip
     while warmup_steps < warmup_total and not stop_signal:
         next_obs_np, _, terminations, truncations, info = envs.step(torch.randint(num_actions, (args.num_envs,)).numpy())
-        next_obs.copy_(torch.from_numpy(next_obs_np))
+        host_obs.copy_(torch.from_numpy(next_obs_np))  # free again: the last sync waited for the forward pass that read it
+        next_obs.copy_(host_obs, non_blocking=True)  # a no-op on the CPU, where host_obs is next_obs
         obs_rms.update(next_obs[torch.from_numpy(next_done == 0), -1:])
         next_done = np.maximum(terminations, truncations).astype(np.float32)
         game_return += info["reward"]  # the games go on into training: keep their returns right
@@ -477,7 +493,8 @@ def main() -> None:
             rollout["ext_values"][step], rollout["int_values"][step] = ext_value, int_value
 
             next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())  # the step's one sync
-            next_obs.copy_(torch.from_numpy(next_obs_np))
+            host_obs.copy_(torch.from_numpy(next_obs_np))  # free again: the last sync waited for the forward pass that read it
+            next_obs.copy_(host_obs, non_blocking=True)  # a no-op on the CPU, where host_obs is next_obs
             rollout["next_frames"][step] = next_obs[:, -1:]
             with torch.inference_mode():
                 rollout["rnd_errors"][step] = rnd(normalise_frames(next_obs[:, -1:], obs_rms))
@@ -515,7 +532,6 @@ def main() -> None:
                 args.gae_lambda)  # fmt: skip
         rollout["advantages"] = args.ext_coef * ext_advantages + args.int_coef * int_advantages
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
-        batch["obs"] = batch["obs"].contiguous(memory_format=agent.memory_format)  # once, not per minibatch
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
@@ -602,6 +618,11 @@ def validate_and_derive(args: Args) -> Args:
     args.batch_size = args.num_envs * args.num_steps
     minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # set by torchrun: each process would train the same run on its own
+        fail(
+            f"ppo_rnd_atari.py runs as one process: start it with python, not torchrun (which would run "
+            f"{os.environ['WORLD_SIZE']} identical copies); the PPO scripts split one run over torchrun's processes"
+        )
     value = lambda name: getattr(args, name)  # noqa: E731
     checks = [(value(name) is None or value(name) > 0, f"{flag(name)} must be > 0, got {value(name)}") for name in positive]
     checks += [(getattr(args, name) >= 0, f"{flag(name)} must be >= 0, got {getattr(args, name)}") for name in non_negative]
@@ -674,7 +695,8 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
     """checkpoint.pt (state dicts, other state as it is, counters, RNG states: tensors and plain data for weights_only)
     and the new embeddings, each written to a temporary file and renamed: a crash never leaves half a file."""
     if state:
-        rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+        # The training device's generator only: the run may resume on a machine with fewer GPUs.
+        rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
         saved = {name: value.state_dict() if hasattr(value, "state_dict") else value for name, value in state.items()}
         path = os.path.join(run_dir, "checkpoint.pt")
         torch.save(
@@ -697,8 +719,8 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     except (KeyError, RuntimeError, ValueError) as error:  # e.g. written by an older version of the script
         fail(f"--resume: the checkpoint does not fit this version of {os.path.basename(__file__)} ({type(error).__name__})")
     torch.set_rng_state(checkpoint["rng"]["torch"])
-    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():  # older versions saved every visible GPU's: the first trained
+        torch.cuda.set_rng_state(checkpoint["rng"]["cuda"][0])
     print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
 

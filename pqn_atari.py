@@ -310,14 +310,19 @@ def main() -> None:
                                 max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
             # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
             size = (num_steps, num_envs)
+            # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
+            frames = torch.empty((size[0] * size[1], *envs.observation_space.shape), dtype=torch.uint8, device=device,
+                                 memory_format=q_network.memory_format)  # fmt: skip
             rollout = {
-                "obs": torch.zeros(size + envs.observation_space.shape, dtype=torch.uint8, device=device),
+                "obs": frames.zero_().unflatten(0, size),
                 "actions": torch.zeros(size, dtype=torch.long, device=device),
                 "max_q": torch.zeros(size, device=device),  # max_a Q(s_t, a) when acting
             }
             # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
             host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
             next_obs = torch.tensor(envs.reset()[0], device=device)
+            # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
+            host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
             next_done, game_return = np.zeros(num_envs, dtype=np.float32), np.zeros(num_envs)
         optimizer.param_groups[0]["lr"] = learning_rate(args, num_envs, global_step)
 
@@ -333,7 +338,8 @@ def main() -> None:
             rollout["actions"][step], rollout["max_q"][step] = action, q_values.max(dim=-1).values
 
             next_obs_np, reward, terminations, truncations, info = envs.step(action.cpu().numpy())  # the step's one sync
-            next_obs.copy_(torch.from_numpy(next_obs_np))
+            host_obs.copy_(torch.from_numpy(next_obs_np))  # free again: the last sync waited for the forward pass that read it
+            next_obs.copy_(host_obs, non_blocking=True)  # a no-op on the CPU, where host_obs is next_obs
             host["rewards"][step], host["terminations"][step], host["truncations"][step] = reward, terminations, truncations
             next_done = np.maximum(terminations, truncations).astype(np.float32)
 
@@ -356,7 +362,6 @@ def main() -> None:
             rollout["rewards"], next_max_q, rollout["terminations"], rollout["truncations"], rollout["valid"],
             args.gamma, args.q_lambda)  # fmt: skip
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
-        batch["obs"] = batch["obs"].contiguous(memory_format=q_network.memory_format)  # once, not per minibatch
 
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
@@ -445,6 +450,11 @@ def validate_and_derive(args: Args) -> Args:
     unit_interval = ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction")
     ranges = ((positive, lambda v: v is None or v > 0, "> 0"), (non_negative, lambda v: v >= 0, ">= 0"),
               (unit_interval, lambda v: 0 <= v <= 1, "in [0, 1]"))  # fmt: skip
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # set by torchrun: each process would train the same run on its own
+        fail(
+            f"pqn_atari.py runs as one process: start it with python, not torchrun (which would run "
+            f"{os.environ['WORLD_SIZE']} identical copies); the PPO scripts split one run over torchrun's processes"
+        )
     checks = [(ok(getattr(args, name)), f"{flag(name)} must be {bound}, got {getattr(args, name)}")
               for names, ok, bound in ranges for name in names]  # fmt: skip
     phases = parse_schedule(args.schedule) if args.schedule else [(0.0, args.num_envs, args.num_steps)]
@@ -519,7 +529,8 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
     """checkpoint.pt (state dicts, counters, RNG states: tensors and plain data for weights_only) and the
     new embeddings, each written to a temporary file and renamed: a crash never leaves half a file."""
     if modules:
-        rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+        # The training device's generator only: the run may resume on a machine with fewer GPUs.
+        rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
         state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
         path = os.path.join(run_dir, "checkpoint.pt")
         torch.save(state | {"iteration": iteration, "global_step": global_step}, f"{path}.tmp")
@@ -540,8 +551,8 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     except (KeyError, RuntimeError, ValueError) as error:  # e.g. written by an older version of the script
         fail(f"--resume: the checkpoint does not fit this version of {os.path.basename(__file__)} ({type(error).__name__})")
     torch.set_rng_state(checkpoint["rng"]["torch"])
-    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(checkpoint["rng"]["cuda"])
+    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():  # older versions saved every visible GPU's: the first trained
+        torch.cuda.set_rng_state(checkpoint["rng"]["cuda"][0])
     print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
 

@@ -5,6 +5,7 @@
     python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 64 --total-timesteps 655360 --cuda
     python benchmarks/sps.py --nproc 2            # also: one run as 2 torchrun processes against 1
     python benchmarks/sps.py --jobs 2             # also: 2 concurrent runs with and without the thread split
+    python benchmarks/sps.py --cuda --candidates no-torch-deterministic   # the cost of cuDNN's deterministic kernels
 
 The Atari scripts run Breakout-v5, ppo_procgen.py BigfishEasy-v0 and ppo_isaacgym.py
 EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
@@ -20,8 +21,8 @@ Prints, measured on this machine in this one invocation:
      loop), defaults / raw, and the throughput cost of the metrics (target < 5 %), twice: end to
      end (SPS on / off, which run-to-run noise of a few percent blurs on a busy CPU) and by
      direct timing (the seconds one metrics computation takes on the metrics batch, measured in
-     this process on real frames, divided by the seconds of `metrics-interval` training
-     iterations at the metrics-off SPS).
+     this process on real frames on the training device, divided by the seconds of
+     `metrics-interval` training iterations at the metrics-off SPS).
 With --nproc K, a second table: for each script that runs under torchrun, the SPS of one
 process stepping all N envs against K processes of one run stepping N / K each (with
 cores / K torch threads each, so that they do not fight over the cores), alternated.
@@ -32,6 +33,8 @@ Every script runs the same batch shape (ppo_rnd_atari.py with a one-iteration
 observation-normalisation warm-up, which is not timed).
 Training SPS is the script's own charts/SPS at the end of the run (env steps per second
 of the training loop, imports and env creation excluded).
+A run that fails is reported on stderr and its cells read `failed` (the medians are over the runs
+that succeeded); the other measurements still print, and the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from __future__ import annotations
 import copy
 import glob
 import importlib
+import math
 import os
 import statistics
 import subprocess
@@ -62,6 +66,7 @@ CLEANRL_EAGER = ["--no-compile", "--no-channels-last", "--no-fused-adam", "--no-
 TORCHRUN_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "ppo_procgen.py", "ppo_isaacgym.py")
 ALL_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "pqn_atari.py", "ppo_rnd_atari.py", "ppo_procgen.py",
                "ppo_isaacgym.py")  # fmt: skip
+FAILED_RUNS = []  # training runs that exited non-zero, for main's exit status (the --jobs threads append too)
 
 
 @dataclass
@@ -143,42 +148,48 @@ def real_observations(env_id: str, num_envs: int, count: int) -> tuple[np.ndarra
     return np.concatenate(observations)[:count], space.n if hasattr(space, "n") else space.shape[0]
 
 
-def metrics_seconds(script: str, frames: np.ndarray, num_actions: int, batch_size: int) -> float:
-    """Median seconds of one metrics computation of `script` on the CPU: its measure function
+def metrics_seconds(script: str, frames: np.ndarray, num_actions: int, batch_size: int, device: str) -> float:
+    """Median seconds of one metrics computation of `script` on `device`: its measure function
     on the metrics batch, plus the gradient kurtosis of one minibatch's gradients."""
     import torch  # noqa: PLC0415
 
     module = importlib.import_module(script.removesuffix(".py"))
     torch.manual_seed(0)
-    obs = torch.as_tensor(frames)
+    obs = torch.as_tensor(frames, device=device)
     if script == "ppo_isaacgym.py":  # Gaussian policy on float observations; num_actions = action dimensions
         obs = obs.float()
-        network = module.Agent(obs.shape[1], num_actions, True)
-        actions, means = torch.randn(obs.shape[0], num_actions), torch.randn(obs.shape[0], num_actions)
-        stds = torch.ones(obs.shape[0], num_actions)
+        network = module.Agent(obs.shape[1], num_actions, True).to(device)
+        shape = (obs.shape[0], num_actions)
+        actions, means = torch.randn(shape, device=device), torch.randn(shape, device=device)
+        stds = torch.ones(shape, device=device)
         measure = lambda: module.measure_agent(network, obs, actions, means, stds, batch_size, 0.025)  # noqa: E731
     elif script == "pqn_atari.py":
-        network = module.QNetwork(num_actions)
+        network = module.QNetwork(num_actions).to(device)
         measure = lambda: module.measure_q_network(network, obs, 0.025)  # noqa: E731
     else:
-        network = module.Agent(num_actions, False)
-        actions = torch.randint(num_actions, (obs.shape[0],))
-        logits = torch.randn(obs.shape[0], num_actions)
+        network = module.Agent(num_actions, False).to(device)
+        actions = torch.randint(num_actions, (obs.shape[0],), device=device)
+        logits = torch.randn(obs.shape[0], num_actions, device=device)
         proximal = (copy.deepcopy(network),) if script == "ppo_ewma_atari.py" else ()
         measure = lambda: module.measure_agent(network, obs, actions, logits, batch_size, 0.025, *proximal)  # noqa: E731
     for parameter in network.parameters():  # the kurtosis cost depends on the number of entries only
         parameter.grad = torch.randn_like(parameter)
+    # CUDA kernels run asynchronously: wait for them so that the clock times the work, not its queueing
+    synchronize = torch.cuda.synchronize if device == "cuda" else lambda: None
     timings = []
     for _ in range(6):
+        synchronize()
         start = time.perf_counter()
         measure()
         module.metrics.gradient_kurtosis(p.grad for p in network.parameters())
+        synchronize()
         timings.append(time.perf_counter() - start)
     return statistics.median(timings[1:])  # the first call warms up
 
 
 def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1, threads: int = 0, flags=()) -> float:
-    """charts/SPS at the end of one training run; `threads` > 0 sets OMP_NUM_THREADS (torchrun: cores / nproc)."""
+    """charts/SPS at the end of one training run, NaN if it failed; `threads` > 0 sets OMP_NUM_THREADS (torchrun:
+    cores / nproc)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
     torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
@@ -191,7 +202,15 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
                    "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda", *flags]  # fmt: skip
         threads_env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
         command += ["--torch-threads", str(threads)] if threads else []
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env={**environment, **threads_env})
+        result = subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                env={**environment, **threads_env})  # fmt: skip
+        if result.returncode:  # reported, not fatal: one crashing flag set must not lose the other measurements
+            lines = [line.strip(" │╭╮╰╯─") for line in result.stderr.splitlines()]  # tyro's errors come in a box
+            last_line = next((line for line in reversed(lines) if line), "")
+            print(f"failed: {' '.join([script, *flags])} (metrics interval {metrics_interval}, {nproc} process(es)) "
+                  f"exited with status {result.returncode}: {last_line}", file=sys.stderr)  # fmt: skip
+            FAILED_RUNS.append(command)
+            return math.nan
         event_file = glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0]
         accumulator = EventAccumulator(event_file)
         accumulator.Reload()
@@ -210,7 +229,18 @@ def main() -> None:
     if args.nproc < 1 or args.num_envs % args.nproc:
         print(f"error: --nproc {args.nproc} does not split --num-envs {args.num_envs} evenly", file=sys.stderr)
         sys.exit(2)
-    print(f"machine: {os.cpu_count()} CPUs, device {'cuda' if args.cuda else 'cpu'}; "
+    if args.cuda:
+        import torch  # noqa: PLC0415
+
+        if not torch.cuda.is_available():
+            print("error: --cuda: no CUDA device is visible (drop --cuda to train on the CPU)", file=sys.stderr)
+            sys.exit(2)
+        if torch.cuda.device_count() < args.nproc:  # each torchrun process trains on its own GPU (cuda:LOCAL_RANK)
+            print(f"error: --cuda --nproc {args.nproc}: each torchrun process takes one GPU, and only "
+                  f"{torch.cuda.device_count()} GPU(s) are visible", file=sys.stderr)  # fmt: skip
+            sys.exit(2)
+    device = "cuda" if args.cuda else "cpu"
+    print(f"machine: {os.cpu_count()} CPUs, device {device}; "
           f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps:,} steps per training run")  # fmt: skip
     batch_size = args.num_envs * args.num_steps
     raw, observations, rows = {}, {}, []
@@ -235,20 +265,20 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, (flags, interval) in settings.items():
                 runs[name].append(training_sps(args, script, interval, flags=flags))
-        sps = {name: statistics.median(values) for name, values in runs.items()}
-        seconds = metrics_seconds(script, frames, num_actions, batch_size)
+        sps = {name: over_succeeded(statistics.median, values) for name, values in runs.items()}
+        seconds = metrics_seconds(script, frames, num_actions, batch_size, device)
         interval_seconds = args.metrics_interval * batch_size / sps["off"]
         rows.append((
             f"{script} ({env_id})",
-            f"{sps['eager']:,.0f}",
-            f"{sps['defaults']:,.0f}",
-            *(f"{sps[candidate]:,.0f}" for candidate in args.candidates),
-            f"{sps['defaults'] / sps['eager']:.2f}",
-            f"{sps['defaults'] / raw[env_id]:.3f}",
-            f"{sps['off']:,.0f}",
-            f"{100 * (1 - sps['defaults'] / sps['off']):+.1f} %",
-            f"{seconds:.3f} s / {interval_seconds:.1f} s = {100 * seconds / interval_seconds:.1f} %",
-            "; ".join(f"{name} {', '.join(f'{x:.0f}' for x in values)}" for name, values in runs.items()),
+            cell(sps["eager"]),
+            cell(sps["defaults"]),
+            *(cell(sps[candidate]) for candidate in args.candidates),
+            cell(sps["defaults"] / sps["eager"], "{:.2f}"),
+            cell(sps["defaults"] / raw[env_id], "{:.3f}"),
+            cell(sps["off"]),
+            cell(100 * (1 - sps["defaults"] / sps["off"]), "{:+.1f} %"),
+            cell(interval_seconds, f"{seconds:.3f} s / {{:.1f}} s = {100 * seconds / interval_seconds:.1f} %"),
+            "; ".join(f"{name} {', '.join(cell(x, '{:.0f}') for x in values)}" for name, values in runs.items()),
         ))  # fmt: skip
     print(f"SPS with metrics every {args.metrics_interval} unless said; eager = CleanRL's path ({' '.join(CLEANRL_EAGER)})")
     print_table(("", "SPS eager", "SPS defaults", *(f"SPS --{candidate.replace(' ', ' --')}" for candidate in args.candidates), "defaults / eager",
@@ -258,6 +288,7 @@ def main() -> None:
         compare_torchrun(args)
     if args.jobs > 1:
         compare_thread_split(args)
+    sys.exit(1 if FAILED_RUNS else 0)
 
 
 def compare_thread_split(args: Args) -> None:
@@ -271,9 +302,10 @@ def compare_thread_split(args: Args) -> None:
             with ThreadPoolExecutor(args.jobs) as pool:
                 runs = [pool.submit(training_sps, args, script, args.metrics_interval, 1, threads) for _ in range(args.jobs)]
                 per_run[threads] = [run.result() for run in runs]
-        default, divided = statistics.mean(per_run[0]), statistics.mean(per_run[split])
-        rows.append((f"{script} ({task_of(args, script)})", f"{default:,.0f}", f"{divided:,.0f}", f"{divided / default:.2f}",
-                     f"default {', '.join(f'{x:.0f}' for x in per_run[0])}; split {', '.join(f'{x:.0f}' for x in per_run[split])}"))  # fmt: skip
+        default, divided = over_succeeded(statistics.mean, per_run[0]), over_succeeded(statistics.mean, per_run[split])
+        rows.append((f"{script} ({task_of(args, script)})", cell(default), cell(divided), cell(divided / default, "{:.2f}"),
+                     f"default {', '.join(cell(x, '{:.0f}') for x in per_run[0])}; "
+                     f"split {', '.join(cell(x, '{:.0f}') for x in per_run[split])}"))  # fmt: skip
     print(
         f"\n{args.jobs} runs at once, metrics every {args.metrics_interval}: per-run SPS with torch's default threads "
         f"against {split} thread(s) each (OMP_NUM_THREADS and --torch-threads, as sweeps/launch.sh sets for JOBS={args.jobs})"
@@ -288,14 +320,26 @@ def compare_torchrun(args: Args) -> None:
         for _ in range(args.repeats):
             one.append(training_sps(args, script, args.metrics_interval))
             many.append(training_sps(args, script, args.metrics_interval, args.nproc))
-        sps_one, sps_many = statistics.median(one), statistics.median(many)
-        rows.append((f"{script} ({task_of(args, script)})", f"{sps_one:,.0f}", f"{sps_many:,.0f}", f"{sps_many / sps_one:.2f}",
-                     f"1: {', '.join(f'{x:.0f}' for x in one)}; {args.nproc}: {', '.join(f'{x:.0f}' for x in many)}"))  # fmt: skip
+        sps_one, sps_many = over_succeeded(statistics.median, one), over_succeeded(statistics.median, many)
+        rows.append((f"{script} ({task_of(args, script)})", cell(sps_one), cell(sps_many), cell(sps_many / sps_one, "{:.2f}"),
+                     f"1: {', '.join(cell(x, '{:.0f}') for x in one)}; "
+                     f"{args.nproc}: {', '.join(cell(x, '{:.0f}') for x in many)}"))  # fmt: skip
     print(
         f"\none run, metrics every {args.metrics_interval}: 1 process x {args.num_envs} envs against {args.nproc} torchrun "
         f"processes x {args.num_envs // args.nproc} envs ({max(1, (os.cpu_count() or 1) // args.nproc)} torch threads each)"
     )
     print_table(("", "SPS 1 process", f"SPS {args.nproc} processes", "ratio", "runs (SPS)"), rows)
+
+
+def over_succeeded(statistic, values: list[float]) -> float:
+    """`statistic` of the runs that succeeded, NaN if none did (statistics.median silently misorders a NaN)."""
+    succeeded = [value for value in values if not math.isnan(value)]
+    return statistic(succeeded) if succeeded else math.nan
+
+
+def cell(value: float, template: str = "{:,.0f}") -> str:
+    """`value` in a table cell; NaN (a failed run, or a ratio or cost that involves one) reads `failed`."""
+    return "failed" if math.isnan(value) else template.format(value)
 
 
 def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

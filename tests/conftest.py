@@ -1,4 +1,4 @@
-"""Helpers shared by the end-to-end tests: run a script, read its TensorBoard scalars."""
+"""Helpers shared by the tests: run a script, read its TensorBoard scalars, run its maths on fake CUDA tensors."""
 
 import glob
 import json
@@ -9,6 +9,9 @@ import sys
 import time
 
 import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -180,3 +183,46 @@ def check_run_artifacts(
         assert any(name.endswith(".mp4") for name in videos), videos
     assert os.path.isdir(os.path.join(run_dir, "wandb")) == tracked
     return checkpoint
+
+
+# --------------------------------------------------------------------------------------
+# The CUDA path on a machine without a GPU
+# --------------------------------------------------------------------------------------
+
+# The GPU of the tests below: tensors on another device than the CPU, with shapes and dtypes but no data. FakeTensorMode's
+# "cuda" tensors would be closer, but a CPU-only build of torch cannot index them (Python indexing takes a CUDA device
+# guard) nor build an autograd graph on them; meta tensors can do both, and HostSyncs checks what CUDA would.
+GPU = torch.device("meta")
+
+
+class HostSyncs(TorchDispatchMode):
+    """Sees every tensor operation: fails on one whose tensor arguments lie on two devices (which CUDA refuses) and
+    records, in `calls`, those that make the host wait for the GPU: reading a value (item, bool, int), a copy to the
+    host, an output whose size depends on the values (nonzero, boolean indexing) and CUDA's multinomial, whose kernel
+    checks its input on the host. A value read from the GPU is a stand-in (there is no data): False, 1 or 0.5."""
+
+    SYNCING = {"_local_scalar_dense", "item", "equal", "nonzero", "masked_select", "multinomial", "unique"}
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+        on_gpu = any(tensor.device == GPU for tensor in tensors)
+        if name == "copy_" and args[0].device.type == "cpu" and args[1].device == GPU:
+            self.calls.append("copy to the host")
+            return args[0]
+        if name in ("_to_copy", "to") and on_gpu and torch.device(kwargs.get("device", GPU)).type == "cpu":  # "to" of an
+            self.calls.append("copy to the host")  # inference tensor
+            return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
+        if name not in ("copy_", "_to_copy", "to"):  # the operations that may move data between devices
+            assert len({tensor.device for tensor in tensors}) <= 1, f"{func} mixes the devices of {tensors}"
+        boolean_index = name == "index" and any(tensor.dtype == torch.bool for tensor in tensors[1:])
+        if on_gpu and (name in self.SYNCING or boolean_index):
+            self.calls.append(name)
+            if name == "_local_scalar_dense":
+                return False if args[0].dtype == torch.bool else 0.5 if args[0].is_floating_point() else 1
+        return func(*args, **kwargs)

@@ -48,6 +48,27 @@ def test_sps_benchmark_compares_torchrun_processes_and_the_thread_split():
     assert row[0] == "ppo_atari_envpool.py" and float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
 
 
+def test_sps_benchmark_reports_a_failed_run_and_goes_on():
+    result = run_script("benchmarks/sps.py", "--scripts", "ppo_atari_envpool.py", "--num-envs", "2", "--num-steps", "16",
+                        "--total-timesteps", "64", "--metrics-interval", "2", "--metrics-batch", "16", "--raw-steps", "20",
+                        "--candidates", "no-such-flag", env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert any(line.startswith("failed: ppo_atari_envpool.py --no-such-flag") and "status 2" in line
+               for line in result.stderr.splitlines()), result.stderr  # fmt: skip
+    lines = result.stdout.splitlines()
+    main_table = lines[lines.index(next(line for line in lines if line.startswith("SPS with metrics every 2"))) + 1 :]
+    assert main_table[0].split()[:5] == ["SPS", "eager", "SPS", "defaults", "SPS"]
+    row = next(line for line in main_table if line.startswith("ppo_atari_envpool.py")).split()
+    assert row[4] == "failed" and "failed" not in row[2:4], result.stderr
+    assert float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
+
+
+def test_sps_benchmark_refuses_cuda_without_a_gpu():
+    result = run_script("benchmarks/sps.py", "--cuda")
+    assert result.returncode == 2 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: --cuda") and "CUDA" in result.stderr
+
+
 def test_async_envs_benchmark_times_the_three_modes():
     result = run_script("benchmarks/async_envs.py", "--num-envs", "2", "--steps", "5", "--repeats", "1",
                         env={"OMP_NUM_THREADS": "1"})  # fmt: skip
