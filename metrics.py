@@ -180,8 +180,8 @@ def gaussian_policy_change(
     batch_size: int,
 ) -> dict[str, float]:
     """`categorical_policy_change` for diagonal Gaussian policies given by their means and stds, (B, D) each."""
-    log_ratio = (torch.distributions.Normal(mean, std).log_prob(actions)
-                 - torch.distributions.Normal(behavior_mean, behavior_std).log_prob(actions)).sum(-1)  # fmt: skip
+    normal = lambda loc, scale: torch.distributions.Normal(loc, scale, validate_args=False)  # noqa: E731 - no host check
+    log_ratio = (normal(mean, std).log_prob(actions) - normal(behavior_mean, behavior_std).log_prob(actions)).sum(-1)
     kl_behavior = gaussian_kl(behavior_mean, behavior_std, mean, std).mean().item()
     return {"ess_pct": ess_percentage(log_ratio.exp()), "policy_variance": gaussian_policy_variance(mean, std),
             "kl_behavior": kl_behavior, "ddr": data_to_divergence_ratio(batch_size, kl_behavior)}  # fmt: skip

@@ -25,9 +25,9 @@ PPO_TAGS = {
 }  # fmt: skip
 
 
-def run_script(script, *flags, env=None, timeout=600):
-    """Run a project script with the CPU forced; return the CompletedProcess."""
-    full_env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "WANDB_MODE": "offline", **(env or {})}
+def run_script(script, *flags, env=None, timeout=600, cuda=False):
+    """Run a project script with the CPU forced (every GPU hidden unless `cuda`); return the CompletedProcess."""
+    full_env = {**os.environ, **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""}), "WANDB_MODE": "offline", **(env or {})}
     return subprocess.run(  # noqa: PLW1510 - callers assert on the return code
         [sys.executable, os.path.join(ROOT, script), *flags],
         capture_output=True,
@@ -125,9 +125,9 @@ def torchrun(nproc):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
 
 
-def run_torchrun(script, nproc, *flags, timeout=600):
-    """run_script under torchrun, one torch thread per process."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+def run_torchrun(script, nproc, *flags, timeout=600, cuda=False):
+    """run_script under torchrun, one torch thread per process (each on its own GPU with `cuda`)."""
+    env = {**os.environ, **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""}), "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     command = [*torchrun(nproc), os.path.join(ROOT, script), *flags]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)  # noqa: PLW1510
 

@@ -36,6 +36,7 @@ def test_loss_with_proximal_equal_to_behaviour_is_ppo_loss(seed, norm_adv):
     new_logprob, new_value, entropy = draw() * 0.3 - 1, draw(), draw().abs()
     minibatch = {"logprobs": draw() * 0.3 - 1, "advantages": draw(), "values": draw(), "returns": draw(),
                  "valid": (torch.rand(64, generator=generator) > 0.1).float()}  # fmt: skip
+    minibatch |= ppo_ewma_atari.minibatch_statistics(minibatch)
     coefficients = dict(clip_coef=0.1, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=norm_adv)
     ppo, ppo_stats = ppo_loss(new_logprob, new_value, entropy, minibatch, **coefficients)
     ewma, ewma_stats = ppo_ewma_loss(new_logprob, minibatch["logprobs"], new_value, entropy, minibatch,
@@ -49,6 +50,7 @@ def test_importance_weight_is_capped_and_carries_no_gradient():
     new = torch.zeros(1, requires_grad=True)
     minibatch = {"logprobs": torch.full((1,), -10.0), "advantages": torch.ones(1), "values": torch.zeros(1),
                  "returns": torch.zeros(1), "valid": torch.ones(1)}  # fmt: skip
+    minibatch |= ppo_ewma_atari.minibatch_statistics(minibatch)
     loss, _ = ppo_ewma_loss(new, torch.zeros(1), torch.zeros(1), torch.zeros(1), minibatch, clip_coef=0.2, clip_vloss=False,
                             ent_coef=0.0, vf_coef=0.0, norm_adv=False, importance_weight_cap=100.0)  # fmt: skip
     # pi_prox / pi_behavior = e^10 ~ 22026 is capped at 100; r_prox = 1 -> loss = -100 * A
@@ -243,6 +245,7 @@ def reduction_worker(rank, init_file, leaves, data, out_path):
     rows = (slice(0, 4), slice(4, 7))[rank]
     new_logprob, new_value, entropy = parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # same weights
     minibatch = {name: values[rows] for name, values in data.items()}
+    minibatch |= ppo_ewma_atari.minibatch_statistics(minibatch)  # over both processes
     loss, stats = ppo_ewma_loss(new_logprob[rows], minibatch["proximal_logprobs"], new_value[rows], entropy[rows],
                                 minibatch, **EWMA_COEFFICIENTS)  # fmt: skip
     loss.backward()
@@ -261,7 +264,9 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
     data["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
     leaves = [torch.randn(7, generator=generator) * 0.3 - 1 for _ in range(3)]  # new log-prob, value, entropy
     whole = [leaf.clone().requires_grad_() for leaf in leaves]
-    loss, stats = ppo_ewma_loss(whole[0], data["proximal_logprobs"], *whole[1:], data, **EWMA_COEFFICIENTS)
+    loss, stats = ppo_ewma_loss(
+        whole[0], data["proximal_logprobs"], *whole[1:], data | ppo_ewma_atari.minibatch_statistics(data), **EWMA_COEFFICIENTS
+    )
     loss.backward()
     torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)
     for rank in (0, 1):

@@ -293,6 +293,7 @@ def reduction_worker(rank, init_file, leaves, data, out_path):
     rows = (slice(0, 4), slice(4, 7))[rank]
     parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # the same weights in both processes
     minibatch = {name: values[rows] for name, values in data.items()}
+    minibatch |= ppo_procgen.minibatch_statistics(minibatch)  # over both processes
     loss, stats = ppo_procgen.ppo_loss(*(p[rows] for p in parameters), minibatch, clip_coef=0.2, clip_vloss=True,
                                        ent_coef=0.01, vf_coef=0.5, norm_adv=True)  # fmt: skip
     loss.backward()
@@ -310,7 +311,7 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
     data["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
     leaves = [torch.randn(7, generator=generator) * 0.1 for _ in range(3)]  # new log-prob, value, entropy
     whole = [leaf.clone().requires_grad_() for leaf in leaves]
-    loss, stats = ppo_procgen.ppo_loss(*whole, data, clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5,
+    loss, stats = ppo_procgen.ppo_loss(*whole, data | ppo_procgen.minibatch_statistics(data), clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5,
                                        norm_adv=True)  # fmt: skip
     loss.backward()
     torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)

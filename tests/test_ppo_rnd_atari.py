@@ -166,6 +166,7 @@ def test_loss_reduces_to_ppo_without_intrinsic_terms():
     loss, stats = call_ppo_rnd_loss(**args)
     minibatch = {"logprobs": args["old_logprob"], "values": args["old_ext_value"], "advantages": args["advantages"],
                  "returns": args["ext_returns"], "valid": args["mask"]}  # fmt: skip
+    minibatch |= ppo_atari_envpool.minibatch_statistics(minibatch)
     ppo, ppo_stats = ppo_atari_envpool.ppo_loss(args["new_logprob"], args["new_ext_value"], args["entropy"], minibatch,
                                                 clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True)  # fmt: skip
     assert loss.item() == pytest.approx(ppo.item())

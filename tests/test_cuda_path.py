@@ -1,0 +1,368 @@
+"""The CUDA path, checked on the CPU where possible and on a GPU where there is one.
+
+On every machine: each script's maths (acting, rollout storage, advantages, the minibatch update, the metrics) runs on
+tensors of another device than the CPU (conftest.GPU) under conftest.HostSyncs, which fails on an operation that mixes
+devices and lists the operations that would make the host wait for a GPU. The step of the pixel scripts may wait once,
+for the action copy that EnvPool needs; the update and the advantages never. With a GPU (`make test` on a CUDA
+machine), the scripts also run end to end on CUDA, compiled with CUDA graphs, and as 2 NCCL processes where 2 GPUs exist.
+"""
+
+import glob
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+from conftest import GPU, HostSyncs, only_run_dir, read_scalars, run_script, run_torchrun, usage_error
+
+import metrics
+import ppo_atari_envpool
+import ppo_ewma_atari
+import ppo_isaacgym
+import ppo_procgen
+import ppo_rnd_atari
+import pqn_atari
+
+HOST_COPY = ["copy to the host"]  # the action copy: EnvPool steps on the host
+
+
+def pixel_step_storage(num_steps, num_envs, obs_shape, memory_format, num_actions, fields=("logprobs", "values")):
+    """Rollout storage as the scripts allocate it, on the GPU: frames in the network's layout, then the other fields."""
+    frames = torch.empty((num_steps * num_envs, *obs_shape), dtype=torch.uint8, device=GPU, memory_format=memory_format)
+    rollout = {"obs": frames.zero_().unflatten(0, (num_steps, num_envs)),
+               "actions": torch.zeros(num_steps, num_envs, dtype=torch.long, device=GPU),
+               "logits": torch.zeros(num_steps, num_envs, num_actions, device=GPU)}  # fmt: skip
+    return rollout | {name: torch.zeros(num_steps, num_envs, device=GPU) for name in fields}
+
+
+def copy_frames_to_device(next_obs):
+    """The end of a step: EnvPool's frames from (pinned) host memory to the device, without waiting."""
+    host_obs = torch.zeros(next_obs.shape, dtype=torch.uint8)
+    next_obs.copy_(host_obs, non_blocking=True)
+
+
+@pytest.mark.parametrize("module", [ppo_atari_envpool, ppo_ewma_atari, ppo_procgen], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_ppo_step_waits_for_the_gpu_only_for_the_action_copy(module, channels_last):
+    obs_shape = (3, 64, 64) if module is ppo_procgen else (4, 84, 84)
+    agent = module.Agent(num_actions=6, separate_networks=True, channels_last=channels_last).to(GPU)
+    rollout = pixel_step_storage(4, 8, obs_shape, agent.memory_format, 6)
+    next_obs = torch.zeros((8, *obs_shape), dtype=torch.uint8, device=GPU)
+    with HostSyncs() as syncs:
+        for step in range(2):
+            rollout["obs"][step] = next_obs
+            with torch.inference_mode():
+                action, logprob, _, value, logits = agent.get_action_and_value(next_obs)
+            rollout["actions"][step], rollout["logprobs"][step] = action, logprob
+            rollout["values"][step], rollout["logits"][step] = value, logits
+            action.cpu()
+            copy_frames_to_device(next_obs)
+    assert syncs.calls == HOST_COPY * 2
+    assert rollout["obs"].flatten(0, 1).is_contiguous(memory_format=agent.memory_format)  # no copy to lay it out
+
+
+def test_procgen_reward_scaling_of_a_step_does_not_wait():
+    return_rms = ppo_procgen.RunningMeanStd().to(GPU)
+    rewards, valid, dones, discounted = (torch.zeros(8, device=GPU) for _ in range(4))
+    with HostSyncs() as syncs:
+        ppo_procgen.scale_rewards(rewards, valid, dones, discounted, return_rms, 0.999, 10.0)
+    assert syncs.calls == []
+
+
+def test_pqn_step_waits_for_the_gpu_only_for_the_action_copy():
+    q_network = pqn_atari.QNetwork(6).to(GPU)
+    rollout = pixel_step_storage(4, 8, (4, 84, 84), q_network.memory_format, 6, fields=("max_q",))
+    next_obs = torch.zeros((8, 4, 84, 84), dtype=torch.uint8, device=GPU)
+    with HostSyncs() as syncs:
+        rollout["obs"][0] = next_obs
+        with torch.inference_mode():
+            q_values = q_network(next_obs)
+            action = pqn_atari.epsilon_greedy(q_values, 0.1)
+        rollout["actions"][0], rollout["max_q"][0] = action, q_values.max(dim=-1).values
+        action.cpu()
+        copy_frames_to_device(next_obs)
+    assert syncs.calls == HOST_COPY
+
+
+def test_rnd_step_waits_for_the_gpu_only_for_the_action_copy():
+    agent, rnd = ppo_rnd_atari.Agent(6, False).to(GPU), ppo_rnd_atari.RNDModel().to(GPU)
+    obs_rms = ppo_rnd_atari.RunningMeanStd(ppo_rnd_atari.FRAME_SHAPE).to(GPU)
+    rollout = pixel_step_storage(
+        4, 8, (4, 84, 84), agent.memory_format, 6, ("logprobs", "ext_values", "int_values", "rnd_errors")
+    )
+    rollout["next_frames"] = torch.zeros(4, 8, *ppo_rnd_atari.FRAME_SHAPE, dtype=torch.uint8, device=GPU)
+    next_obs = torch.zeros((8, 4, 84, 84), dtype=torch.uint8, device=GPU)
+    with HostSyncs() as syncs:
+        rollout["obs"][0] = next_obs
+        with torch.inference_mode():
+            action, logprob, _, ext_value, int_value, logits = agent.get_action_and_value(next_obs)
+        rollout["actions"][0], rollout["logprobs"][0], rollout["logits"][0] = action, logprob, logits
+        rollout["ext_values"][0], rollout["int_values"][0] = ext_value, int_value
+        action.cpu()
+        copy_frames_to_device(next_obs)
+        rollout["next_frames"][0] = next_obs[:, -1:]
+        with torch.inference_mode():
+            rollout["rnd_errors"][0] = rnd(ppo_rnd_atari.normalise_frames(next_obs[:, -1:], obs_rms))
+    assert syncs.calls == HOST_COPY
+
+
+def test_continuous_step_does_not_wait_for_the_gpu():
+    """Isaac Gym and MuJoCo Warp take the actions on the device: no copy at all."""
+    agent = ppo_isaacgym.Agent(obs_dim=5, action_dim=2, separate_networks=False).to(GPU)
+    obs_rms, return_rms = ppo_isaacgym.RunningMeanStd((5,)).to(GPU), ppo_isaacgym.RunningMeanStd().to(GPU)
+    raw_obs, rewards, valid, dones, discounted = torch.zeros(8, 5, device=GPU), *(torch.zeros(8, device=GPU) for _ in range(4))
+    with HostSyncs() as syncs:
+        next_obs = ppo_isaacgym.normalise_observations(raw_obs, obs_rms, 5.0)
+        with torch.inference_mode():
+            action, logprob, _, value, mean = agent.get_action_and_value(next_obs)
+        ppo_isaacgym.scale_rewards(rewards, valid, dones, discounted, return_rms, 0.99, 5.0)
+    assert syncs.calls == []
+
+
+def categorical_minibatch(num_actions=6, obs_shape=(4, 84, 84), size=16):
+    return {"obs": torch.zeros((size, *obs_shape), dtype=torch.uint8, device=GPU),
+            "actions": torch.zeros(size, dtype=torch.long, device=GPU), "logits": torch.zeros(size, num_actions, device=GPU),
+            **{name: torch.zeros(size, device=GPU) for name in ("logprobs", "values", "advantages", "returns", "valid")}}  # fmt: skip
+
+
+@pytest.mark.parametrize("module", [ppo_atari_envpool, ppo_ewma_atari, ppo_procgen], ids=lambda m: m.__name__)
+def test_ppo_advantages_update_and_metrics_on_the_gpu(module):
+    """GAE and the minibatch update (statistics, forward, loss, backward, gradient sum and clipping) never wait for the
+    GPU and mix no devices; the metrics (which read their values back) mix no devices either."""
+    obs_shape = (3, 64, 64) if module is ppo_procgen else (4, 84, 84)
+    agent = module.Agent(6, True).to(GPU)
+    args = module.Args()
+    rollout = [torch.zeros(5, 8, device=GPU) for _ in range(5)]  # rewards, values, terminations, truncations, valid
+    minibatch = categorical_minibatch(obs_shape=obs_shape)
+    extra = (agent.__class__(6, True).to(GPU).requires_grad_(False),) if module is ppo_ewma_atari else ()
+    clip_coef = (torch.tensor(0.1, device=GPU),) if module is not ppo_procgen else ()
+    with HostSyncs() as syncs:
+        module.compute_gae(*rollout, torch.zeros(8, device=GPU), 0.99, 0.95)
+        minibatch |= module.minibatch_statistics(minibatch)
+        stats = module.minibatch_backward(agent, *extra, minibatch, args, *clip_coef)
+        module.all_ranks_sum_gradients(agent.parameters())
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+    assert syncs.calls == [] and set(stats) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"}
+    with HostSyncs():
+        measured = module.measure_agent(agent, minibatch["obs"], minibatch["actions"], minibatch["logits"], 16, 0.025, *extra)
+        metrics.gradient_kurtosis(p.grad for p in agent.parameters())
+    assert {"feature_rank", "dormant_pct", "weight_norm", "ess_pct", "kl_behavior", "ddr"} <= set(measured)
+
+
+def test_pqn_targets_update_and_metrics_on_the_gpu():
+    q_network = pqn_atari.QNetwork(6).to(GPU)
+    rollout = [torch.zeros(5, 8, device=GPU) for _ in range(5)]  # rewards, next max Q, terminations, truncations, valid
+    minibatch = {"obs": torch.zeros(16, 4, 84, 84, dtype=torch.uint8, device=GPU),
+                 "actions": torch.zeros(16, dtype=torch.long, device=GPU),
+                 "targets": torch.zeros(16, device=GPU), "valid": torch.zeros(16, device=GPU)}  # fmt: skip
+    with HostSyncs() as syncs:
+        pqn_atari.compute_q_lambda_targets(*rollout, 0.99, 0.65)
+        pqn_atari.minibatch_backward(q_network, minibatch)
+        torch.nn.utils.clip_grad_norm_(q_network.parameters(), 10.0)
+    assert syncs.calls == []
+    with HostSyncs():
+        assert "q_mean" in pqn_atari.measure_q_network(q_network, minibatch["obs"], 0.025)
+
+
+def test_rnd_advantages_update_and_metrics_on_the_gpu():
+    agent, rnd = ppo_rnd_atari.Agent(6, False).to(GPU), ppo_rnd_atari.RNDModel().to(GPU)
+    obs_rms = ppo_rnd_atari.RunningMeanStd(ppo_rnd_atari.FRAME_SHAPE).to(GPU)
+    minibatch = categorical_minibatch() | {
+        name: torch.zeros(16, device=GPU) for name in ("ext_values", "int_values", "ext_returns", "int_returns", "rnd_mask")
+    }
+    minibatch["next_frames"] = torch.zeros(16, *ppo_rnd_atari.FRAME_SHAPE, dtype=torch.uint8, device=GPU)
+    rollout = [torch.zeros(5, 8, device=GPU) for _ in range(5)]
+    with HostSyncs() as syncs:
+        ppo_rnd_atari.compute_gae(*rollout, torch.zeros(8, device=GPU), 0.99, 0.95)
+        ppo_rnd_atari.compute_intrinsic_gae(rollout[0], rollout[1], rollout[4], torch.zeros(8, device=GPU), 0.99, 0.95)
+        ppo_rnd_atari.minibatch_backward(agent, rnd, obs_rms, minibatch, ppo_rnd_atari.Args())
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
+    assert syncs.calls == []
+    with HostSyncs():
+        measured = ppo_rnd_atari.measure_agent(agent, minibatch["obs"], minibatch["actions"], minibatch["logits"], 16, 0.025)
+    assert "feature_rank" in measured
+
+
+def test_continuous_advantages_update_and_metrics_on_the_gpu():
+    agent = ppo_isaacgym.Agent(obs_dim=5, action_dim=2, separate_networks=True).to(GPU)
+    minibatch = {"obs": torch.zeros(16, 5, device=GPU), "actions": torch.zeros(16, 2, device=GPU),
+                 **{name: torch.zeros(16, device=GPU) for name in ("logprobs", "values", "advantages", "returns", "valid")}}  # fmt: skip
+    with HostSyncs() as syncs:
+        ppo_isaacgym.compute_gae(*(torch.zeros(5, 8, device=GPU) for _ in range(5)), torch.zeros(8, device=GPU), 0.99, 0.95)
+        minibatch |= ppo_isaacgym.minibatch_statistics(minibatch)
+        ppo_isaacgym.minibatch_backward(agent, minibatch, ppo_isaacgym.Args())
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), 1.0)
+    assert syncs.calls == []
+    means, stds = torch.zeros(16, 2, device=GPU), torch.ones(16, 2, device=GPU)
+    with HostSyncs():
+        measured = ppo_isaacgym.measure_agent(agent, minibatch["obs"], minibatch["actions"], means, stds, 16, 0.025)
+    assert "policy_variance" in measured
+
+
+def test_feature_rank_is_given_no_tensor_of_another_device():
+    """torch.searchsorted(values on the GPU, a CPU tensor) fails on CUDA (the meta kernels do not check it): every
+    operation of feature_rank must see one device."""
+    with HostSyncs():
+        metrics.feature_rank(torch.zeros(32, 8, device=GPU))
+
+
+def test_host_syncs_catches_what_cuda_would():
+    """The checker itself: a mixed-device operation fails; reading a value, a host copy, boolean indexing and
+    multinomial on the GPU are listed; the same on the CPU is not."""
+    on_gpu = torch.zeros(4, device=GPU)
+    with HostSyncs() as syncs, pytest.raises(AssertionError, match="mixes the devices"):
+        torch.searchsorted(on_gpu, torch.tensor(0.5))
+    with HostSyncs() as syncs:
+        bool(on_gpu.sum() > 0), on_gpu.cpu(), torch.multinomial(on_gpu.softmax(0) + 1, 1)
+        torch.distributions.Categorical(logits=torch.zeros(2, 3)).sample()  # on the CPU: no GPU to wait for
+    assert syncs.calls == ["_local_scalar_dense", "copy to the host", "multinomial"]
+
+
+@pytest.mark.parametrize("module", [ppo_atari_envpool, ppo_ewma_atari, ppo_procgen, ppo_rnd_atari], ids=lambda m: m.__name__)
+def test_compiled_acting_is_one_graph_without_a_synchronising_operation(module):
+    """--compile's acting graph: fullgraph=True fails on any read of a value (a graph break); the graph holds no
+    operation that waits on CUDA (multinomial, nonzero)."""
+    operations = []
+
+    def record(graph_module, _example_inputs):
+        operations.extend(str(node.target) for node in graph_module.graph.nodes if node.op in ("call_function", "call_method"))
+        return graph_module.forward
+
+    obs_shape = (3, 64, 64) if module is ppo_procgen else (4, 84, 84)
+    agent = module.Agent(6, False)
+    torch._dynamo.reset()
+    torch.compile(agent.get_action_and_value, backend=record, fullgraph=True)(torch.zeros((8, *obs_shape), dtype=torch.uint8))
+    assert operations and not [op for op in operations if re.search(r"\b(multinomial|nonzero|item|_local_scalar_dense)\b", op)]
+
+
+def test_sample_actions_draws_from_the_softmax():
+    """Gumbel-max sampling: frequencies of 40,000 draws match softmax(logits) within 4 standard errors."""
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.7], [0.5, 0.5, 1e-9]]))
+    torch.manual_seed(0)
+    actions = ppo_atari_envpool.sample_actions(logits.repeat(20_000, 1)).view(20_000, 2)
+    for row in range(2):
+        frequencies = torch.bincount(actions[:, row], minlength=3).double() / 20_000
+        expected = logits[row].softmax(0).double()
+        assert torch.all((frequencies - expected).abs() <= 4 * (expected * (1 - expected) / 20_000).sqrt() + 1e-12)
+    assert ppo_atari_envpool.sample_actions(torch.tensor([[0.0, -float("inf")]])).item() == 0  # impossible: never drawn
+
+
+@pytest.mark.parametrize("module", [ppo_procgen, ppo_isaacgym, ppo_rnd_atari], ids=lambda m: m.__name__)
+def test_running_statistics_change_in_place(module):
+    """A compiled update that reads the statistics holds their addresses (CUDA graphs replay on them): an update
+    writes into the same buffers."""
+    rms = module.RunningMeanStd((3,))
+    addresses = [buffer.data_ptr() for buffer in rms.buffers()]
+    batch = torch.arange(12.0).view(4, 3)
+    rms.update(batch) if module is ppo_rnd_atari else rms.update(batch, torch.ones(4))
+    assert [buffer.data_ptr() for buffer in rms.buffers()] == addresses
+    np.testing.assert_allclose(rms.mean.numpy(), batch.mean(0).numpy(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("module", [ppo_atari_envpool, ppo_procgen, ppo_isaacgym], ids=lambda m: m.__name__)
+def test_collectives_per_minibatch_and_per_normaliser_update(module, monkeypatch):
+    """Under torchrun: the minibatch statistics take one collective, the loss and backward none (a CUDA graph of the
+    update would capture them), the gradients one flat buffer, a normaliser update one."""
+    collectives = []
+    monkeypatch.setattr(module.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(module.dist, "all_reduce", lambda tensor: collectives.append(tuple(tensor.shape)))
+    if module is ppo_isaacgym:
+        agent, minibatch = module.Agent(5, 2, False), {"obs": torch.zeros(8, 5), "actions": torch.zeros(8, 2)}
+    else:
+        agent = module.Agent(6, False)
+        minibatch = {"obs": torch.zeros((8, 3, 64, 64) if module is ppo_procgen else (8, 4, 84, 84), dtype=torch.uint8),
+                     "actions": torch.zeros(8, dtype=torch.long)}  # fmt: skip
+    minibatch |= {name: torch.rand(8) for name in ("logprobs", "values", "advantages", "returns")} | {"valid": torch.ones(8)}
+    minibatch |= module.minibatch_statistics(minibatch)
+    assert collectives == [(3,)]
+    extra = (torch.tensor(0.1),) if module is ppo_atari_envpool else ()
+    module.minibatch_backward(agent, minibatch, module.Args(), *extra)
+    assert collectives == [(3,)]
+    module.all_ranks_sum_gradients(agent.parameters())
+    assert collectives[1:] == [(sum(p.numel() for p in agent.parameters()),)]
+    if module is not ppo_atari_envpool:
+        module.RunningMeanStd((5,)).update(torch.rand(8, 5), torch.ones(8))
+        assert collectives[2:] == [(1 + 2 * 5,)]
+
+
+@pytest.mark.parametrize("module", [ppo_atari_envpool, ppo_ewma_atari, pqn_atari, ppo_rnd_atari, ppo_procgen, ppo_isaacgym],
+                         ids=lambda m: m.__name__)  # fmt: skip
+def test_checkpoint_keeps_the_training_gpus_random_state_and_resumes_with_fewer_gpus(module, monkeypatch, tmp_path):
+    """An 8-GPU checkpoint of an older version (every visible GPU's state) resumes on one GPU; a new checkpoint holds the
+    training device's state only. CUDA's generator functions are stood in for: this machine may have no GPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": torch.full((16,), 7, dtype=torch.uint8))
+    restored = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": restored.append(state))
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: pytest.fail("would fail with fewer GPUs"))
+    layer = torch.nn.Linear(2, 2)
+    eight_gpus = [torch.full((16,), gpu, dtype=torch.uint8) for gpu in range(8)]
+    checkpoint = {"model": layer.state_dict(), "iteration": 3, "global_step": 96,
+                  "rng": {"torch": torch.get_rng_state(), "cuda": eight_gpus}}  # fmt: skip
+    assert module.restore_checkpoint(checkpoint, model=layer) == 96
+    assert len(restored) == 1 and torch.equal(restored[0], eight_gpus[0])
+    module.save_checkpoint(str(tmp_path), module.Args(), 1, 32, [], model=layer)
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert len(saved["rng"]["cuda"]) == 1 and saved["rng"]["cuda"][0].tolist() == [7] * 16
+
+
+@pytest.mark.parametrize("script", ["pqn_atari.py", "ppo_rnd_atari.py"])
+def test_single_process_scripts_refuse_torchrun_in_one_line(script, monkeypatch, capsys, tmp_path):
+    module = {"pqn_atari.py": pqn_atari, "ppo_rnd_atari.py": ppo_rnd_atari}[script]
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it
+    line = usage_error(module.main, monkeypatch, capsys, [script, "--runs-dir", str(tmp_path)])
+    assert line == (f"error: {script} runs as one process: start it with python, not torchrun (which would run 2 identical "
+                    "copies); the PPO scripts split one run over torchrun's processes")  # fmt: skip
+    assert not os.listdir(tmp_path)
+
+
+# --------------------------------------------------------------------------------------
+# On a GPU machine: the scripts end to end on CUDA
+# --------------------------------------------------------------------------------------
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make test on a GPU machine runs it)")
+needs_two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (one per NCCL process)")
+TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "256",
+        "--metrics-interval", "2", "--metrics-batch", "24", "--checkpoint-interval", "2"]  # fmt: skip
+CUDA_RUNS = {
+    "ppo_atari_envpool.py": [*TINY, "--max-episode-steps", "40"],
+    "ppo_ewma_atari.py": [*TINY, "--max-episode-steps", "40"],
+    "pqn_atari.py": [*TINY, "--max-episode-steps", "40"],
+    "ppo_rnd_atari.py": [*TINY, "--max-episode-steps", "40", "--num-iterations-obs-norm-init", "1", "--env-id", "Breakout-v5"],
+    "ppo_procgen.py": TINY,
+    "ppo_isaacgym.py": [*TINY, "--backend", "envpool", "--env-id", "Ant-v5"],
+}
+TORCHRUN_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "ppo_procgen.py", "ppo_isaacgym.py")
+
+
+def check_cuda_run(result, runs_dir):
+    assert result.returncode == 0, result.stderr
+    assert "CUDA is not available" not in result.stdout
+    run_dir = only_run_dir(runs_dir)
+    scalars = read_scalars(run_dir)
+    assert {"losses/policy_loss" if "td_loss" not in str(scalars) else "losses/td_loss", "metrics/feature_rank"} & set(scalars)
+    assert all(np.isfinite(value) for _, value in scalars["metrics/feature_rank"])
+    return run_dir
+
+
+@needs_cuda
+@pytest.mark.parametrize("script", list(CUDA_RUNS))
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compile-cudagraphs"])
+def test_script_trains_checkpoints_and_resumes_on_cuda(script, compiled, tmp_path):
+    flags = [*CUDA_RUNS[script], "--cuda", *(["--compile", "--cudagraphs"] if compiled else [])]
+    run_dir = check_cuda_run(run_script(script, *flags, "--runs-dir", str(tmp_path), cuda=True), tmp_path)
+    checkpoint = os.path.join(run_dir, "checkpoint.pt")
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 256
+    longer = run_script(script, "--resume", checkpoint, "--cuda", cuda=True)  # the same budget: nothing left to run
+    assert longer.returncode == 0 and "resumed at iteration" in longer.stdout, longer.stderr
+
+
+@needs_two_gpus
+@pytest.mark.parametrize("script", TORCHRUN_SCRIPTS)
+def test_two_nccl_processes_keep_identical_weights(script, tmp_path):
+    result = run_torchrun(script, 2, *CUDA_RUNS[script], "--cuda", "--runs-dir", str(tmp_path), cuda=True)
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout
+    assert glob.glob(os.path.join(tmp_path, "*", "done.json"))
