@@ -210,6 +210,7 @@ class Agent(nn.Module):
         return action, distribution.log_prob(action), distribution.entropy(), self.critic(critic_features).squeeze(-1), logits
 
 
+# Copied from ppo_atari_envpool.sample_actions
 def sample_actions(logits: torch.Tensor) -> torch.Tensor:
     """One action per row of (B, A) logits, drawn from softmax(logits) by the Gumbel-max trick: argmax(logits + G),
     G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never waits."""
@@ -282,6 +283,7 @@ def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+# Copied from ppo_atari_envpool.minibatch_statistics
 def minibatch_statistics(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every process
     of a torchrun run in one collective (sums in float64). The loss divides by them, so that it holds no collective,
@@ -294,6 +296,7 @@ def minibatch_statistics(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.
     return {"valid_count": count.float(), "advantage_mean": mean.float(), "advantage_std": std.float()}
 
 
+# Copied from ppo_atari_envpool.masked_mean
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """Mean of x where mask is 1, given the count of those entries over every process: under torchrun this process's
     share of the mean over every process's entries (their reset steps differ); the shares sum to the mean, and their
@@ -301,6 +304,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> tor
     return (x * mask).sum() / count
 
 
+# Copied from ppo_atari_envpool.all_ranks_sum_gradients
 def all_ranks_sum_gradients(parameters) -> None:
     """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
     share of the global masked mean, so this is the single-process gradient and every process takes the same step."""

@@ -258,6 +258,7 @@ class RunningMeanStd(nn.Module):
         return (self.var + 1e-8).sqrt()
 
 
+# Copied from ppo_atari_envpool.sample_actions
 def sample_actions(logits: torch.Tensor) -> torch.Tensor:
     """One action per row of (B, A) logits, drawn from softmax(logits) by the Gumbel-max trick: argmax(logits + G),
     G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never waits."""

@@ -54,7 +54,7 @@ def read_scalars(run_dir):
     }
 
 
-def check_same_losses(monkeypatch, tmp_path, script, flags, variants, tags, compile_backend="inductor"):
+def check_same_losses(monkeypatch, tmp_path, script, flags, variants, tags, compile_backend="inductor", abs_tolerance=1e-6):
     """Run the `script` module's main() with `flags` as is and with each variant's extra flags ({name: flags}): flags
     that change how the same maths runs (--compile, --no-channels-last) must log the default run's losses up to float
     rounding. In-process, as importing torch and EnvPool for every run would add seconds to each. compile_backend
@@ -80,7 +80,7 @@ def check_same_losses(monkeypatch, tmp_path, script, flags, variants, tags, comp
     for name in variants:
         for tag in tags:
             expected = [value for _, value in logged["default"][tag]]
-            assert [value for _, value in logged[name][tag]] == pytest.approx(expected, rel=1e-3, abs=1e-6), (name, tag)
+            assert [value for _, value in logged[name][tag]] == pytest.approx(expected, rel=1e-3, abs=abs_tolerance), (name, tag)
 
 
 @pytest.fixture

@@ -342,8 +342,8 @@ def check_cuda_run(result, runs_dir):
     assert "CUDA is not available" not in result.stdout
     run_dir = only_run_dir(runs_dir)
     scalars = read_scalars(run_dir)
-    assert {"losses/policy_loss" if "td_loss" not in str(scalars) else "losses/td_loss", "metrics/feature_rank"} & set(scalars)
-    assert all(np.isfinite(value) for _, value in scalars["metrics/feature_rank"])
+    assert any(tag.startswith("losses/") for tag in scalars) and "metrics/weight_norm" in scalars, sorted(scalars)
+    assert all(np.isfinite(value) for _, value in scalars["metrics/feature_rank"])  # the metrics ran on CUDA
     return run_dir
 
 
@@ -355,8 +355,8 @@ def test_script_trains_checkpoints_and_resumes_on_cuda(script, compiled, tmp_pat
     run_dir = check_cuda_run(run_script(script, *flags, "--runs-dir", str(tmp_path), cuda=True), tmp_path)
     checkpoint = os.path.join(run_dir, "checkpoint.pt")
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 256
-    longer = run_script(script, "--resume", checkpoint, "--cuda", cuda=True)  # the same budget: nothing left to run
-    assert longer.returncode == 0 and "resumed at iteration" in longer.stdout, longer.stderr
+    resumed = run_script(script, "--resume", checkpoint, "--cuda", cuda=True)  # loads onto the GPU; nothing left to run
+    assert resumed.returncode == 0 and "resumed at iteration" in resumed.stdout, resumed.stderr
 
 
 @needs_two_gpus

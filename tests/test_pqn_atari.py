@@ -214,8 +214,10 @@ def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path
     """--compile (torch.compile of acting and of the update) changes how the same maths runs, not what is learned:
     on a fixed seed the losses agree up to float rounding (--no-channels-last: in the PPO and Procgen tests)."""
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
+    # TD losses of about 1e-3: inductor's kernels round differently and, by the third iteration, differ by up to 4e-6
+    # (0.3 %) on some CPUs; 1e-5 absolute still tells a different update from rounding.
     check_same_losses(monkeypatch, tmp_path, pqn_atari, flags, {"compiled": ["--compile"]},
-                      ("losses/td_loss", "losses/q_values"))  # fmt: skip
+                      ("losses/td_loss", "losses/q_values"), abs_tolerance=1e-5)  # fmt: skip
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
