@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 import gymnasium
 import mujoco
+import mujoco_warp as mjw
 import numpy as np
 import torch
 import warp as wp
 
-import mujoco_warp as mjw
+wp.config.log_level = wp.LOG_ERROR  # no greeting and no line per compiled module; Warp's errors still print
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,9 @@ class WarpTasks:
             self.data = mjw.make_data(self.mj_model, nworld=num_envs)
         # Views of Warp's state: writing into them writes the simulator's state.
         self.qpos, self.qvel, self.ctrl = (wp.to_torch(array) for array in (self.data.qpos, self.data.qvel, self.data.ctrl))
-        self.xpos, self.xipos, self.cfrc_ext = (wp.to_torch(array) for array in (self.data.xpos, self.data.xipos, self.data.cfrc_ext))
+        self.xpos, self.xipos, self.cfrc_ext = (
+            wp.to_torch(array) for array in (self.data.xpos, self.data.xipos, self.data.cfrc_ext)
+        )
         self.cinert, self.cvel = wp.to_torch(self.data.cinert), wp.to_torch(self.data.cvel)
         self.qfrc_actuator = wp.to_torch(self.data.qfrc_actuator)
         self.init_qpos = torch.as_tensor(self.mj_model.qpos0, dtype=torch.float32, device=device)

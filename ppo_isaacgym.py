@@ -1,6 +1,7 @@
-"""Continuous-action PPO (Isaac Gym or EnvPool MuJoCo) with the metrics of Mayor et al. (ICML 2025).
+"""Continuous-action PPO (Isaac Gym, MuJoCo Warp or EnvPool MuJoCo) with the metrics of Mayor et al. (ICML 2025).
 
-    python ppo_isaacgym.py --env-id Ant                         # Isaac Gym if installed, else EnvPool's Ant-v5
+    python ppo_isaacgym.py --env-id Ant                         # Isaac Gym, MuJoCo Warp on a GPU, else EnvPool's Ant-v5
+    python ppo_isaacgym.py --backend mjwarp --env-id Humanoid   # Gymnasium's Humanoid-v5 on MuJoCo Warp
     python ppo_isaacgym.py --backend envpool --env-id Hopper-v5 --num-envs 64 --num-steps 64
 
 PPO with a Gaussian policy (state-independent log-std; sampled actions are clipped to the action bounds, no tanh
@@ -84,13 +85,13 @@ class Args:
     """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
     # Environment
     env_id: str = "Ant"
-    """task: an Isaac Gym task (Ant, Humanoid, Anymal, ShadowHand, ...) or an EnvPool MuJoCo id (Ant-v5, Hopper-v5, ...)"""
-    backend: Literal["auto", "isaacgym", "envpool"] = "auto"
-    """simulator: auto = Isaac Gym when it is installed and --env-id is not an EnvPool id; Ant/Humanoid map to Ant-v5/Humanoid-v5 on EnvPool"""
+    """task: Ant and Humanoid on every backend; an Isaac Gym task (Anymal, ShadowHand, ...) or EnvPool MuJoCo id (Hopper-v5, ...)"""
+    backend: Literal["auto", "isaacgym", "mjwarp", "envpool"] = "auto"
+    """simulator: auto = Isaac Gym if installed and it has the task, else MuJoCo Warp on a GPU (Ant, Humanoid), else EnvPool"""
     total_timesteps: int = 30_000_000
     """total environment steps"""
     max_episode_steps: int | None = None
-    """EnvPool only: time limit in agent steps (default: the task's own, 1000 for the MuJoCo tasks)"""
+    """EnvPool and MuJoCo Warp: time limit in agent steps (default: the task's own, 1000 for the MuJoCo tasks)"""
     num_envs: int = 4096
     """N_envs: parallel environments"""
     num_steps: int = 16
@@ -386,7 +387,12 @@ def main() -> None:
     # A resumed run starts new episodes from another env seed: the simulators' state cannot be saved.
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
     seed = args.seed + start_iteration - 1 + RANK * num_envs
-    envs = (IsaacGymTasks if args.backend == "isaacgym" else EnvPoolTasks)(args, num_envs, seed, device)
+    if args.backend == "mjwarp":  # the project's adapter for Gymnasium's tasks on MuJoCo Warp; it imports Warp
+        from mujoco_warp_tasks import WarpTasks  # noqa: PLC0415
+
+        envs = WarpTasks(args.env_id, num_envs, seed, device, args.max_episode_steps)
+    else:
+        envs = (IsaacGymTasks if args.backend == "isaacgym" else EnvPoolTasks)(args, num_envs, seed, device)
     (obs_dim,), (action_dim,) = envs.observation_space.shape, envs.action_space.shape
     bounds = torch.as_tensor(np.stack([envs.action_space.low, envs.action_space.high]), dtype=torch.float32, device=device)
     agent = Agent(obs_dim, action_dim, args.separate_networks).to(device)
@@ -539,13 +545,16 @@ def validate_and_derive(args: Args) -> Args:
                 "adam_eps", "clip_coef", "max_grad_norm", "target_kl", "obs_clip", "reward_clip", "torch_threads")  # fmt: skip
     non_negative = ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau")
     isaacgym = all(importlib.util.find_spec(name) for name in ("isaacgym", "isaacgymenvs"))
-    if args.backend == "auto":  # Isaac Gym's task names have no version suffix
-        args.backend = "isaacgym" if isaacgym and "-v" not in args.env_id else "envpool"
-    counterparts = {"Ant": "Ant-v5", "Humanoid": "Humanoid-v5"}  # so that one sweep runs on either simulator
-    if args.backend == "isaacgym":
-        counterparts = {envpool_id: task for task, envpool_id in counterparts.items()}
-    args.env_id = counterparts.get(args.env_id, args.env_id)
-    tasks = importlib.import_module("isaacgymenvs.tasks").isaacgym_task_map if isaacgym and args.backend == "isaacgym" else {}
+    mjwarp = all(importlib.util.find_spec(name) for name in ("mujoco_warp", "warp"))
+    tasks = importlib.import_module("isaacgymenvs.tasks").isaacgym_task_map if isaacgym and args.backend != "envpool" else {}
+    # Ant and Humanoid name the same task on every simulator, so that one sweep runs anywhere: Isaac Gym's tasks, and
+    # Gymnasium's Ant-v5 and Humanoid-v5 on MuJoCo Warp and EnvPool.
+    task = args.env_id.removesuffix("-v5") if args.env_id in ("Ant-v5", "Humanoid-v5") else args.env_id
+    gpu = args.cuda and torch.cuda.is_available()
+    if args.backend == "auto":  # MuJoCo Warp on a CPU is far slower than EnvPool
+        auto_warp = mjwarp and gpu and task in MJWARP_TASKS and warp_gpu_problem() is None
+        args.backend = "isaacgym" if task in tasks else "mjwarp" if auto_warp else "envpool"
+    args.env_id = task if args.backend != "envpool" else {"Ant": "Ant-v5", "Humanoid": "Humanoid-v5"}.get(task, task)
     args.batch_size = args.num_envs * args.num_steps
     minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
@@ -556,15 +565,19 @@ def validate_and_derive(args: Args) -> Args:
         (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
         (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
         (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
-        (args.backend == "envpool" or isaacgym,
+        (args.backend != "isaacgym" or isaacgym,
          "--backend isaacgym: Isaac Gym is not installed (it is not on PyPI): download Isaac Gym Preview 4 from "
          "https://developer.nvidia.com/isaac-gym, `pip install -e isaacgym/python`, then `pip install -e .` in a clone of "
          "https://github.com/isaac-sim/IsaacGymEnvs; or run the MuJoCo counterpart with --backend envpool"),
-        (args.backend == "envpool" or args.env_id in tasks,
+        (args.backend != "isaacgym" or args.env_id in tasks,
          f"--env-id {args.env_id!r} is not an Isaac Gym task (known: {', '.join(sorted(tasks))})"),
-        (args.backend == "envpool" or args.max_episode_steps is None,
-         "--max-episode-steps applies to --backend envpool only (Isaac Gym tasks set their own episode length)"),
-        (args.backend == "isaacgym" or envpool.registration.registry.specs.get(args.env_id, ("",))[0] == "envpool.mujoco.gym",
+        (args.backend != "isaacgym" or args.max_episode_steps is None,
+         "--max-episode-steps applies to --backend envpool and mjwarp (Isaac Gym tasks set their own episode length)"),
+        (args.backend != "mjwarp" or mjwarp,
+         "--backend mjwarp: MuJoCo Warp is not installed: pip install mujoco-warp==4.0.0 warp-lang==1.19.0 (or make setup)"),
+        (args.backend != "mjwarp" or args.env_id in MJWARP_TASKS,
+         f"--env-id {args.env_id!r} is not a MuJoCo Warp task (known: {', '.join(MJWARP_TASKS)})"),
+        (args.backend != "envpool" or envpool.registration.registry.specs.get(args.env_id, ("",))[0] == "envpool.mujoco.gym",
          f"--env-id {args.env_id!r} is not an EnvPool MuJoCo task (e.g. Ant-v5, Humanoid-v5, HalfCheetah-v5, Hopper-v5, "
          f"Walker2d-v5){'' if isaacgym else '; Isaac Gym tasks need Isaac Gym installed'}"),
         (minibatch_size > 0 and args.batch_size % minibatch_size == 0,
@@ -577,6 +590,8 @@ def validate_and_derive(args: Args) -> Args:
     for ok, message in checks:
         if not ok:
             fail(message)
+    if args.backend == "mjwarp" and gpu and (problem := warp_gpu_problem()):
+        fail(problem)
     args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
     args.num_iterations = args.total_timesteps // args.batch_size
     k = args.num_envs / args.lr_reference_envs  # paper Fig. 11
@@ -712,6 +727,23 @@ def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_si
         os.replace(f"{path}.tmp", path)
     with open(os.path.join(run_dir, "done.json"), "w") as f:
         json.dump({"global_step": global_step, "iterations": iteration}, f)
+
+
+MJWARP_TASKS = ("Ant", "Humanoid")  # mujoco_warp_tasks.TASKS, named here without importing Warp
+
+
+def warp_gpu_problem() -> str | None:
+    """Why Warp cannot run on the GPU that torch sees (e.g. an NVIDIA driver older than warp-lang 1.19 needs), or None."""
+    import warp as wp  # noqa: PLC0415 - only for --backend mjwarp
+
+    wp.config.log_level = wp.LOG_ERROR  # no greeting; Warp's own errors still print
+    wp.init()
+    if wp.is_cuda_available():
+        return None
+    driver = wp.get_cuda_driver_version()
+    return (f"--backend mjwarp: Warp {wp.config.version} cannot use the GPU that torch sees (CUDA driver: "
+            f"{'not found' if driver is None else driver}; warp-lang 1.18 and newer need NVIDIA driver R580 or newer): "
+            "update the driver, or train with --no-cuda or --backend envpool")  # fmt: skip
 
 
 class EnvPoolTasks:

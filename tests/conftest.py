@@ -80,7 +80,10 @@ def check_same_losses(monkeypatch, tmp_path, script, flags, variants, tags, comp
     for name in variants:
         for tag in tags:
             expected = [value for _, value in logged["default"][tag]]
-            assert [value for _, value in logged[name][tag]] == pytest.approx(expected, rel=1e-3, abs=abs_tolerance), (name, tag)
+            assert [value for _, value in logged[name][tag]] == pytest.approx(expected, rel=1e-3, abs=abs_tolerance), (
+                name,
+                tag,
+            )
 
 
 @pytest.fixture

@@ -138,14 +138,56 @@ def test_envpool_mujoco_resets_on_the_step_after_a_truncation():
     assert reward[0] == 0 and info["elapsed_step"][0] == 0
 
 
-@pytest.mark.parametrize("env_id, expected", [("Ant", "Ant-v5"), ("Humanoid", "Humanoid-v5"), ("Hopper-v5", "Hopper-v5")])
-def test_auto_backend_maps_isaac_gym_names_to_envpool(env_id, expected):
-    args = ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(env_id=env_id, runs_dir="/tmp"))
+@pytest.mark.parametrize("env_id, expected", [("Ant", "Ant-v5"), ("Humanoid-v5", "Humanoid-v5"), ("Hopper-v5", "Hopper-v5")])
+def test_auto_backend_without_a_gpu_is_envpool(env_id, expected):
+    args = ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(env_id=env_id, runs_dir="/tmp", cuda=False))
     if ISAACGYM_INSTALLED and "-v" not in env_id:
         assert args.backend == "isaacgym"
     else:
         assert args.backend == "envpool" and args.env_id == expected
     assert args.batch_size == 4096 * 16 and args.minibatch_size == 4096 * 8
+
+
+@pytest.mark.skipif(ISAACGYM_INSTALLED, reason="Isaac Gym is installed here: auto picks it for Ant")
+@pytest.mark.parametrize("env_id, warp_problem, backend, task", [
+    ("Ant", None, "mjwarp", "Ant"), ("Humanoid-v5", None, "mjwarp", "Humanoid"), ("Hopper-v5", None, "envpool", "Hopper-v5"),
+    ("Ant", "an old driver", "envpool", "Ant-v5")])  # fmt: skip
+def test_auto_backend_with_a_gpu_is_mujoco_warp_for_its_tasks(env_id, warp_problem, backend, task, monkeypatch):
+    """Without Isaac Gym, a GPU that Warp can use runs Ant and Humanoid on MuJoCo Warp, every other task on EnvPool."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ppo_isaacgym, "warp_gpu_problem", lambda: warp_problem)
+    args = ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(env_id=env_id, runs_dir="/tmp"))
+    assert (args.backend, args.env_id) == (backend, task)
+
+
+def test_mujoco_warp_tasks_are_the_adapters():
+    mujoco_warp_tasks = pytest.importorskip("mujoco_warp_tasks")
+    assert ppo_isaacgym.MJWARP_TASKS == tuple(mujoco_warp_tasks.TASKS)
+
+
+def test_warp_names_what_keeps_it_off_the_gpu():
+    """On this machine Warp finds no CUDA driver: the line says so (on a GPU machine with a recent driver: None)."""
+    pytest.importorskip("warp")
+    problem = ppo_isaacgym.warp_gpu_problem()
+    if torch.cuda.is_available() and problem is None:
+        return
+    assert problem.startswith("--backend mjwarp: Warp 1.19.0 cannot use the GPU that torch sees (CUDA driver: ")
+    assert "R580" in problem and "--no-cuda" in problem
+
+
+def test_mujoco_warp_unusable_or_missing_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), "--backend", "mjwarp"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ppo_isaacgym, "warp_gpu_problem", lambda: "--backend mjwarp: Warp 1.19.0 cannot use the GPU")
+    assert (
+        usage_error(ppo_isaacgym.main, monkeypatch, capsys, argv) == "error: --backend mjwarp: Warp 1.19.0 cannot use the GPU"
+    )
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "mujoco_warp" else find_spec(name))
+    line = usage_error(ppo_isaacgym.main, monkeypatch, capsys, argv)
+    assert line == ("error: --backend mjwarp: MuJoCo Warp is not installed: pip install mujoco-warp==4.0.0 "
+                    "warp-lang==1.19.0 (or make setup)")  # fmt: skip
+    assert not os.path.exists(tmp_path / "runs")
 
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
@@ -169,6 +211,32 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     assert obs_stats["mean"].shape == (105,) and obs_stats["count"].item() == pytest.approx(4 * 161 + 1e-4)
     saved = torch.load(os.path.join(run_dir, "ppo_isaacgym.cleanrl_model"), weights_only=True)
     torch.testing.assert_close(saved["obs_rms"]["mean"], obs_stats["mean"])
+
+
+# MuJoCo Warp on the CPU (about 50 batched steps a second): 16 worlds of Ant with a 20-step limit, 4 rollouts of 16 steps
+WARP_TINY = ["--no-cuda", "--backend", "mjwarp", "--env-id", "Ant", "--num-envs", "16", "--num-steps", "16",
+             "--total-timesteps", "1024", "--max-episode-steps", "20", "--metrics-interval", "2", "--metrics-batch", "64"]  # fmt: skip
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mujoco_warp") is None, reason="needs mujoco-warp (requirements.txt)")
+def test_mujoco_warp_backend_trains_checkpoints_and_resumes(tmp_path):
+    flags = [*WARP_TINY, "--runs-dir", str(tmp_path)]
+    interrupt_with_sigterm(SCRIPT, flags)
+    checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    interrupted = torch.load(checkpoint_path, weights_only=True)
+    assert 1 <= interrupted["iteration"] < 4 and interrupted["args"]["backend"] == "mjwarp"
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    scalars = read_scalars(run_dir)
+    assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
+    assert [step for step, _ in scalars["charts/SPS"]] == [256 * i for i in range(1, 5)]
+    lengths = [length for _, length in scalars["charts/episodic_length"]]
+    assert len(lengths) >= 16 and all(1 <= length <= 20 for length in lengths)
+    assert all(np.isfinite(value) for _, value in scalars["charts/episodic_return"])
+    args = json.load(open(os.path.join(run_dir, "args.json")))
+    assert args["backend"] == "mjwarp" and args["env_id"] == "Ant" and args["num_iterations"] == 4
+    assert torch.load(checkpoint_path, weights_only=True)["obs_rms"]["mean"].shape == (105,)  # Gymnasium's Ant-v5
 
 
 def test_seeded_runs_are_reproducible_and_shared_networks_work(tmp_path):
@@ -213,6 +281,7 @@ BAD_FLAGS = [
     (["--env-id", "Breakout-v5"], "is not an EnvPool MuJoCo task"),
     (["--backend", "envpool", "--env-id", "FetchReach-v4"], "is not an EnvPool MuJoCo task"),
     (["--backend", "envpool", "--env-id", "CheetahRun-v1"], "is not an EnvPool MuJoCo task"),  # dm_control's
+    (["--backend", "mjwarp", "--env-id", "Hopper-v5"], "--env-id 'Hopper-v5' is not a MuJoCo Warp task (known: Ant, Humanoid)"),
     (["--num-minibatches", "3", "--num-envs", "4", "--num-steps", "8"],
      "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 32)"),
     (["--num-envs", "0"], "--num-envs must be > 0, got 0"),
@@ -371,6 +440,28 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
     saved = torch.load(os.path.join(run_dir, "ppo_isaacgym.cleanrl_model"), weights_only=True)
     assert saved["obs_rms"]["count"].item() == pytest.approx(4 * 161 + 1e-4)  # every process's observations
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mujoco_warp") is None, reason="needs mujoco-warp (requirements.txt)")
+def test_torchrun_two_processes_on_mujoco_warp_keep_identical_weights(tmp_path):
+    """Each process simulates its 8 of the 16 worlds (on its own GPU under CUDA; here both on the CPU)."""
+    flags = [
+        *WARP_TINY,
+        "--num-steps",
+        "8",
+        "--total-timesteps",
+        "256",
+        "--max-episode-steps",
+        "5",
+        "--runs-dir",
+        str(tmp_path),
+    ]
+    result = run_torchrun(SCRIPT, 2, *flags)
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout
+    run_dir = only_run_dir(tmp_path)
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 256, "iterations": 2}
+    assert len(read_scalars(run_dir)["charts/episodic_length"]) >= 32  # 16 worlds, 5-step limit, 16 steps each
 
 
 def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
