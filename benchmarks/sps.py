@@ -6,6 +6,7 @@
     python benchmarks/sps.py --nproc 2            # also: one run as 2 torchrun processes against 1
     python benchmarks/sps.py --jobs 2             # also: 2 concurrent runs with and without the thread split
     python benchmarks/sps.py --cuda --candidates no-torch-deterministic   # the cost of cuDNN's deterministic kernels
+    python benchmarks/sps.py --scripts ppo_isaacgym.py --mjwarp --num-envs 4096 --num-steps 16 --cuda   # Ant: Warp vs EnvPool
 
 The Atari scripts run Breakout-v5, ppo_procgen.py BigfishEasy-v0 and ppo_isaacgym.py
 EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
@@ -26,6 +27,9 @@ Prints, measured on this machine in this one invocation:
 With --nproc K, a second table: for each script that runs under torchrun, the SPS of one
 process stepping all N envs against K processes of one run stepping N / K each (with
 cores / K torch threads each, so that they do not fight over the cores), alternated.
+With --mjwarp, a table for Ant at --num-envs: EnvPool's Ant-v5 on the CPU and Gymnasium's Ant-v5 on
+MuJoCo Warp (mujoco_warp_tasks.py, on the training device), each simulator alone with random
+actions and PPO end to end (ppo_isaacgym.py --backend envpool / mjwarp).
 With --jobs J, a third table: J runs of each script at the same time, first each with
 torch's default threads (every core), then with cores / J threads each (OMP_NUM_THREADS and
 --torch-threads, as sweeps/launch.sh sets for JOBS=J), and the per-run SPS of both.
@@ -102,6 +106,10 @@ class Args:
     """above 1: also compare one process with this many torchrun processes of one run"""
     jobs: int = 1
     """above 1: also run this many training runs at once, without and with the thread split"""
+    mjwarp: bool = False
+    """also: Ant on MuJoCo Warp against EnvPool's Ant-v5, the simulators alone and PPO end to end (--num-envs each)"""
+    warp_steps: int = 20
+    """batched steps for MuJoCo Warp's rate (slow on a CPU: about 50 a second at 16 worlds)"""
 
 
 def task_of(args: Args, script: str) -> str:
@@ -288,6 +296,8 @@ def main() -> None:
         compare_torchrun(args)
     if args.jobs > 1:
         compare_thread_split(args)
+    if args.mjwarp:
+        compare_mujoco_backends(args)
     sys.exit(1 if FAILED_RUNS else 0)
 
 
@@ -311,6 +321,47 @@ def compare_thread_split(args: Args) -> None:
         f"against {split} thread(s) each (OMP_NUM_THREADS and --torch-threads, as sweeps/launch.sh sets for JOBS={args.jobs})"
     )
     print_table(("", "SPS per run, default threads", "SPS per run, split", "ratio", "runs (SPS)"), rows)
+
+
+def warp_sps(num_envs: int, steps: int, device: str) -> float:
+    """Batched steps per second of MuJoCo Warp's Ant (mujoco_warp_tasks.py) with uniformly random actions, after a first
+    step that compiles or loads the kernels (and records the CUDA graph on a GPU)."""
+    import torch  # noqa: PLC0415
+
+    from mujoco_warp_tasks import WarpTasks  # noqa: PLC0415
+
+    envs = WarpTasks("Ant", num_envs, seed=0, device=torch.device(device))
+    envs.reset()
+    low, high = (torch.as_tensor(bound, device=device) for bound in (envs.action_space.low, envs.action_space.high))
+    actions = low + (high - low) * torch.rand(steps + 1, num_envs, len(low), device=device)
+    envs.step(actions[0])
+    synchronize = torch.cuda.synchronize if device == "cuda" else lambda: None
+    synchronize()
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        envs.step(actions[step])
+    synchronize()
+    return steps * num_envs / (time.perf_counter() - start)
+
+
+def compare_mujoco_backends(args: Args) -> None:
+    """Ant on EnvPool (CPU) and on MuJoCo Warp (the training device): the simulators alone, then PPO end to end."""
+    device = "cuda" if args.cuda else "cpu"
+    ppo = {backend: over_succeeded(statistics.median, [training_sps(args, "ppo_isaacgym.py", args.metrics_interval,
+                                                                    flags=["--backend", backend]) for _ in range(args.repeats)])
+           for backend in ("envpool", "mjwarp")}  # fmt: skip
+    rows = [("EnvPool, Ant-v5 (CPU)", cell(raw_envpool_sps("Ant-v5", args.num_envs, args.raw_steps)), cell(ppo["envpool"])),
+            (f"MuJoCo Warp, Ant ({device_name(device)})", cell(warp_sps(args.num_envs, args.warp_steps, device)),
+             cell(ppo["mjwarp"]))]  # fmt: skip
+    print(f"\nAnt at {args.num_envs} envs: env steps/s of the simulator alone (random actions) and of PPO end to end "
+          f"(ppo_isaacgym.py, {args.num_steps} steps a rollout, metrics every {args.metrics_interval})")  # fmt: skip
+    print_table(("", "env steps/s alone", "PPO SPS"), rows)
+
+
+def device_name(device: str) -> str:
+    import torch  # noqa: PLC0415
+
+    return torch.cuda.get_device_name() if device == "cuda" else f"CPU, {os.cpu_count()} cores"
 
 
 def compare_torchrun(args: Args) -> None:

@@ -2,21 +2,23 @@
 # Continuous control (paper Fig. 7, 18; the reviewers' request): N_envs vs N_RO for
 # Gaussian PPO on Ant and Humanoid, from (N_envs, N_RO) = (1024, 16), batch x k by more
 # environments or longer rollouts. BACKEND=envpool (default) runs EnvPool's Ant-v5 and
-# Humanoid-v5 anywhere; BACKEND=isaacgym runs the Isaac Gym tasks (GAMES="Ant Humanoid").
+# Humanoid-v5 on the CPU anywhere; BACKEND=mjwarp runs Gymnasium's Ant-v5 and Humanoid-v5 on
+# MuJoCo Warp (a GPU simulator; on a CPU it is slow); BACKEND=isaacgym runs the Isaac Gym tasks.
+# GAMES="Ant Humanoid" names the same two tasks on every backend.
 #
 #   bash sweeps/continuous.sh                                 # small CPU version
 #   SCALE=paper LAUNCHER=print bash sweeps/continuous.sh      # the paper's commands
 #   .venv/bin/python sweeps/aggregate.py report runs/continuous
 #
 # CPU default: GAMES=Ant-v5 SEEDS="1" TOTAL_TIMESTEPS=65536 BASE=64x16 MULTIPLIERS="1 2".
-# Paper (SCALE=paper): GAMES="Ant Humanoid" with BACKEND=isaacgym (or Ant-v5 Humanoid-v5
+# Paper (SCALE=paper): GAMES="Ant Humanoid" (on BACKEND=isaacgym or mjwarp; Ant-v5 Humanoid-v5
 #   with envpool), SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=30000000, BASE=1024x16,
 #   MULTIPLIERS="1 2 4 8".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${BACKEND:=envpool}"
 if [[ ${SCALE:-cpu} == paper ]]; then
-    if [[ $BACKEND == isaacgym ]]; then : "${GAMES:=Ant Humanoid}"; else : "${GAMES:=Ant-v5 Humanoid-v5}"; fi
+    if [[ $BACKEND == envpool ]]; then : "${GAMES:=Ant-v5 Humanoid-v5}"; else : "${GAMES:=Ant Humanoid}"; fi
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=30000000}" "${BASE:=1024x16}" "${MULTIPLIERS:=1 2 4 8}"
 fi
 : "${GAMES:=Ant-v5}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=65536}" "${BASE:=64x16}" "${MULTIPLIERS:=1 2}"

@@ -26,18 +26,23 @@ def test_random_policy_on_mujoco():
     assert episodes == 8 and mean_length > 1 and -50 < mean_return < 100  # a random Hopper falls over at once
 
 
-def test_sps_benchmark_compares_torchrun_processes_and_the_thread_split():
+def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_reports_a_failed_run():
+    """One invocation (each costs a dozen tiny training runs): a candidate flag set the script rejects fails alone and
+    the benchmark goes on, then exits 1; the torchrun, thread-split and MuJoCo-backend tables."""
     result = run_script("benchmarks/sps.py", "--scripts", "ppo_atari_envpool.py", "--num-envs", "2", "--num-steps", "16",
                         "--total-timesteps", "64", "--metrics-interval", "2", "--metrics-batch", "16", "--repeats", "1",
-                        "--raw-steps", "20", "--nproc", "2", "--jobs", "2", env={"OMP_NUM_THREADS": "1"})  # fmt: skip
-    assert result.returncode == 0, result.stderr
+                        "--raw-steps", "20", "--nproc", "2", "--jobs", "2", "--candidates", "no-such-flag", "--mjwarp",
+                        "--warp-steps", "3", env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert any(line.startswith("failed: ppo_atari_envpool.py --no-such-flag") and "status 2" in line
+               for line in result.stderr.splitlines()), result.stderr  # fmt: skip
     lines = result.stdout.splitlines()
     assert any(line.startswith("EnvPool raw rate, Breakout-v5") for line in lines)
     main_table = lines[lines.index(next(line for line in lines if line.startswith("SPS with metrics every 2"))) + 1 :]
-    assert main_table[0].split()[:6] == ["SPS", "eager", "SPS", "defaults", "defaults", "/"]
+    assert main_table[0].split()[:8] == ["SPS", "eager", "SPS", "defaults", "SPS", "--no-such-flag", "defaults", "/"]
     row = next(line for line in main_table if line.startswith("ppo_atari_envpool.py")).split()
-    eager, defaults, ratio = (float(cell.replace(",", "")) for cell in row[2:5])
-    assert eager > 0 and defaults > 0 and ratio == pytest.approx(defaults / eager, abs=0.02)
+    eager, defaults, ratio = (float(row[i].replace(",", "")) for i in (2, 3, 5))
+    assert row[4] == "failed" and eager > 0 and defaults > 0 and ratio == pytest.approx(defaults / eager, abs=0.02)
     table = lines[lines.index(next(line for line in lines if line.startswith("one run, metrics every 2"))) + 1 :]
     assert table[0].split()[:4] == ["SPS", "1", "process", "SPS"]
     row = table[1].split()
@@ -46,21 +51,11 @@ def test_sps_benchmark_compares_torchrun_processes_and_the_thread_split():
     assert jobs[0].split()[:4] == ["SPS", "per", "run,", "default"]
     row = jobs[1].split()
     assert row[0] == "ppo_atari_envpool.py" and float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
-
-
-def test_sps_benchmark_reports_a_failed_run_and_goes_on():
-    result = run_script("benchmarks/sps.py", "--scripts", "ppo_atari_envpool.py", "--num-envs", "2", "--num-steps", "16",
-                        "--total-timesteps", "64", "--metrics-interval", "2", "--metrics-batch", "16", "--raw-steps", "20",
-                        "--candidates", "no-such-flag", env={"OMP_NUM_THREADS": "1"})  # fmt: skip
-    assert result.returncode == 1, result.stderr
-    assert any(line.startswith("failed: ppo_atari_envpool.py --no-such-flag") and "status 2" in line
-               for line in result.stderr.splitlines()), result.stderr  # fmt: skip
-    lines = result.stdout.splitlines()
-    main_table = lines[lines.index(next(line for line in lines if line.startswith("SPS with metrics every 2"))) + 1 :]
-    assert main_table[0].split()[:5] == ["SPS", "eager", "SPS", "defaults", "SPS"]
-    row = next(line for line in main_table if line.startswith("ppo_atari_envpool.py")).split()
-    assert row[4] == "failed" and "failed" not in row[2:4], result.stderr
-    assert float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
+    backends = lines[lines.index(next(line for line in lines if line.startswith("Ant at 2 envs"))) + 1 :]
+    assert backends[0].split() == ["env", "steps/s", "alone", "PPO", "SPS"]
+    for row, name in zip(backends[1:3], ("EnvPool, Ant-v5 (CPU)", "MuJoCo Warp, Ant (CPU, "), strict=True):
+        assert row.startswith(name), row
+        assert all(float(cell.replace(",", "")) > 0 for cell in row.split()[-2:]), row
 
 
 def test_sps_benchmark_refuses_cuda_without_a_gpu():
