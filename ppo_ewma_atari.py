@@ -131,13 +131,13 @@ class Args:
     target_kl: float | None = None
     """stop the epochs early when approx KL exceeds this"""
     target_ddr: float | None = None
-    """adapt --clip-coef (or --ewma-com: --adapt) after every iteration so that the data-to-divergence ratio, batch / KL, tracks this (Beukman et al. 2026)"""
+    """adapt --clip-coef (or --ewma-com: --adapt) every iteration so that the DDR, batch / KL, tracks this (Beukman 2026)"""
     target_ddr_final: float | None = None
     """with --target-ddr: the target grows geometrically to this value by the end of training (Beukman: DDR must increase)"""
     adapt_rate: float = 0.1
     """with --target-ddr: clip_coef *= (DDR / target) ** adapt_rate after every iteration (ewma_com: ** -adapt_rate)"""
     adapt: Literal["clip-coef", "ewma-com"] = "clip-coef"
-    """with --target-ddr: what follows the DDR: PPO's clipping epsilon, or the proximal policy's centre of mass (an older proximal policy, a smaller outer step)"""
+    """with --target-ddr: what follows the DDR: the clip epsilon, or the proximal's centre of mass (older: smaller step)"""
     clip_coef_bounds: tuple[float, float] = (0.01, 0.5)
     """with --target-ddr: the adapted clip_coef stays in [low, high]"""
     ewma_com_bounds: tuple[float, float] = (0.5, 512.0)
@@ -194,7 +194,8 @@ class Agent(nn.Module):
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller) layout change."""
+        """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller)
+        layout change."""
         x = obs.contiguous(memory_format=self.memory_format).float().div_(255.0)
         actor_features = self.actor_encoder(x)
         return actor_features, actor_features if self.critic_encoder is None else self.critic_encoder(x)
@@ -244,7 +245,8 @@ def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavi
 def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
     """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
     features, critic_features = agent.features(obs)
-    return {"features": features.cpu().numpy().astype(np.float16), "values": agent.critic(critic_features).squeeze(-1).cpu().numpy(),
+    values = agent.critic(critic_features).squeeze(-1)
+    return {"features": features.cpu().numpy().astype(np.float16), "values": values.cpu().numpy(),
             "iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}  # fmt: skip
 
 
@@ -441,8 +443,9 @@ def main() -> None:
             # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
             num_envs, minibatch_size = phase[0] // WORLD_SIZE, phase[2] // WORLD_SIZE
             # A resumed run or a new phase starts new games from another env seed: EnvPool's state cannot be saved.
-            envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, max_episode_steps=args.max_episode_steps,
-                                seed=args.seed + iteration - 1 + RANK * num_envs, episodic_life=True, reward_clip=True)  # fmt: skip
+            seed = args.seed + iteration - 1 + RANK * num_envs
+            envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
+                                max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
             # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
             size = (num_steps, num_envs)
             # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
@@ -618,13 +621,17 @@ def validate_and_derive(args: Args) -> Args:
     checks += [
         (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
         (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
-        (0 < args.clip_coef_bounds[0] <= args.clip_coef_bounds[1], f"--clip-coef-bounds {args.clip_coef_bounds} is not 0 < low <= high"),
-        (0 < args.ewma_com_bounds[0] <= args.ewma_com_bounds[1], f"--ewma-com-bounds {args.ewma_com_bounds} is not 0 < low <= high"),
-        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
+        (0 < args.clip_coef_bounds[0] <= args.clip_coef_bounds[1],
+         f"--clip-coef-bounds {args.clip_coef_bounds} is not 0 < low <= high"),
+        (0 < args.ewma_com_bounds[0] <= args.ewma_com_bounds[1],
+         f"--ewma-com-bounds {args.ewma_com_bounds} is not 0 < low <= high"),
+        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
+         "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
         (args.total_timesteps >= phases[0][1] * phases[0][2],
-         f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {phases[0][1] * phases[0][2]})"),
+         f"--total-timesteps {args.total_timesteps} is smaller than one batch "
+         f"(num_envs * num_steps = {phases[0][1] * phases[0][2]})"),
     ]  # fmt: skip
     for ok, message in checks:
         if not ok:

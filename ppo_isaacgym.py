@@ -85,7 +85,7 @@ class Args:
     """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
     # Environment
     env_id: str = "Ant"
-    """task: Ant and Humanoid on every backend; an Isaac Gym task (Anymal, ShadowHand, ...) or EnvPool MuJoCo id (Hopper-v5, ...)"""
+    """task: Ant or Humanoid on every backend; another Isaac Gym task (ShadowHand, ...) or EnvPool id (Hopper-v5, ...)"""
     backend: Literal["auto", "isaacgym", "mjwarp", "envpool"] = "auto"
     """simulator: auto = Isaac Gym if installed and it has the task, else MuJoCo Warp on a GPU (Ant, Humanoid), else EnvPool"""
     total_timesteps: int = 30_000_000
@@ -222,7 +222,8 @@ def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavi
 def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
     """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
     features, critic_features = agent.features(obs)
-    return {"features": features.cpu().numpy().astype(np.float16), "values": agent.critic(critic_features).squeeze(-1).cpu().numpy(),
+    values = agent.critic(critic_features).squeeze(-1)
+    return {"features": features.cpu().numpy().astype(np.float16), "values": values.cpu().numpy(),
             "iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}  # fmt: skip
 
 
@@ -564,7 +565,8 @@ def validate_and_derive(args: Args) -> Args:
     checks += [
         (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
         (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
-        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
+        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
+         "--cudagraphs needs --compile and CUDA"),
         (args.backend != "isaacgym" or isaacgym,
          "--backend isaacgym: Isaac Gym is not installed (it is not on PyPI): download Isaac Gym Preview 4 from "
          "https://developer.nvidia.com/isaac-gym, `pip install -e isaacgym/python`, then `pip install -e .` in a clone of "

@@ -187,7 +187,8 @@ class Agent(nn.Module):
         self.critic = layer_init(nn.Linear(256, 1), std=1)
 
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller) layout change."""
+        """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller)
+        layout change."""
         x = obs.contiguous(memory_format=self.memory_format).float().div_(255.0)
         actor_features = self.actor_encoder(x)
         return actor_features, actor_features if self.critic_encoder is None else self.critic_encoder(x)
@@ -235,7 +236,8 @@ def measure_agent(
 def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
     """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
     features, critic_features = agent.features(obs)
-    return {"features": features.cpu().numpy().astype(np.float16), "values": agent.critic(critic_features).squeeze(-1).cpu().numpy(),
+    values = agent.critic(critic_features).squeeze(-1)
+    return {"features": features.cpu().numpy().astype(np.float16), "values": values.cpu().numpy(),
             "iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}  # fmt: skip
 
 
@@ -574,7 +576,8 @@ def validate_and_derive(args: Args) -> Args:
     checks += [
         (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
         (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
-        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
+        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
+         "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "ProcgenEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Procgen task (e.g. BigfishEasy-v0, StarpilotEasy-v0)"),
         (minibatch_size > 0 and args.batch_size % minibatch_size == 0,

@@ -188,7 +188,8 @@ class Agent(nn.Module):
         self.critic_int = layer_init(nn.Linear(512, 1), std=1)
 
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller) layout change."""
+        """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller)
+        layout change."""
         x = obs.contiguous(memory_format=self.memory_format).float().div_(255.0)
         actor_features = self.actor_encoder(x)
         return actor_features, actor_features if self.critic_encoder is None else self.critic_encoder(x)
@@ -222,7 +223,8 @@ class RNDModel(nn.Module):
         super().__init__()
         self.target = nn.Sequential(*rnd_convolutions(), layer_init(nn.Linear(64 * 7 * 7, 512)))
         self.predictor = nn.Sequential(*rnd_convolutions(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
-                                       layer_init(nn.Linear(512, 512)), nn.ReLU(), layer_init(nn.Linear(512, 512)))  # fmt: skip
+                                       layer_init(nn.Linear(512, 512)), nn.ReLU(),
+                                       layer_init(nn.Linear(512, 512)))  # fmt: skip
         self.target.requires_grad_(False)
 
     def forward(self, normalised_frames: torch.Tensor) -> torch.Tensor:
@@ -631,7 +633,8 @@ def validate_and_derive(args: Args) -> Args:
                for name in probabilities]  # fmt: skip
     checks += [
         (0 < args.update_proportion <= 1, f"--update-proportion must be in (0, 1], got {args.update_proportion}"),
-        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
+        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
+         "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. MontezumaRevenge-v5, Venture-v5, Breakout-v5)"),
         (minibatch_size > 0 and args.batch_size % minibatch_size == 0,

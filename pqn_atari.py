@@ -175,7 +175,8 @@ class QNetwork(nn.Module):
         self.head = layer_init(nn.Linear(512, num_actions), std=1.0)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here (in place), after the (4x smaller) layout change."""
+        """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here (in place), after the (4x smaller)
+        layout change."""
         return self.encoder(obs.contiguous(memory_format=self.memory_format).float().div_(255.0))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -463,13 +464,16 @@ def validate_and_derive(args: Args) -> Args:
         batch_size = num_envs * num_steps
         minibatch_size = args.minibatch_size or batch_size // max(args.num_minibatches, 1)
         checks.append((minibatch_size > 0 and batch_size % minibatch_size == 0,
-                       f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches"))  # fmt: skip
+                       f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) "
+                       "into equal minibatches"))  # fmt: skip
     checks += [
-        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()), "--cudagraphs needs --compile and CUDA"),
+        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
+         "--cudagraphs needs --compile and CUDA"),
         (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
          f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
         (args.total_timesteps >= phases[0][1] * phases[0][2],
-         f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {phases[0][1] * phases[0][2]})"),
+         f"--total-timesteps {args.total_timesteps} is smaller than one batch "
+         f"(num_envs * num_steps = {phases[0][1] * phases[0][2]})"),
     ]  # fmt: skip
     for ok, message in checks:
         if not ok:

@@ -204,7 +204,8 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
     threads = threads or (max(1, (os.cpu_count() or 1) // nproc) if nproc > 1 else 0)
     environment = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     with tempfile.TemporaryDirectory() as runs_dir:
-        command = [sys.executable, *torchrun, os.path.join(ROOT, script), "--env-id", task_of(args, script), *EXTRA_FLAGS.get(script, []),
+        command = [sys.executable, *torchrun, os.path.join(ROOT, script), "--env-id", task_of(args, script),
+                   *EXTRA_FLAGS.get(script, []),
                    "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
                    "--total-timesteps", str(args.total_timesteps), "--metrics-interval", str(metrics_interval),
                    "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda", *flags]  # fmt: skip
@@ -289,8 +290,9 @@ def main() -> None:
             "; ".join(f"{name} {', '.join(cell(x, '{:.0f}') for x in values)}" for name, values in runs.items()),
         ))  # fmt: skip
     print(f"SPS with metrics every {args.metrics_interval} unless said; eager = CleanRL's path ({' '.join(CLEANRL_EAGER)})")
-    print_table(("", "SPS eager", "SPS defaults", *(f"SPS --{candidate.replace(' ', ' --')}" for candidate in args.candidates), "defaults / eager",
-                 "defaults / raw", "SPS metrics off", "metrics cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)"),
+    candidates = (f"SPS --{candidate.replace(' ', ' --')}" for candidate in args.candidates)
+    print_table(("", "SPS eager", "SPS defaults", *candidates, "defaults / eager", "defaults / raw", "SPS metrics off",
+                 "metrics cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)"),
                 rows)  # fmt: skip
     if args.nproc > 1:
         compare_torchrun(args)
@@ -347,9 +349,11 @@ def warp_sps(num_envs: int, steps: int, device: str) -> float:
 def compare_mujoco_backends(args: Args) -> None:
     """Ant on EnvPool (CPU) and on MuJoCo Warp (the training device): the simulators alone, then PPO end to end."""
     device = "cuda" if args.cuda else "cpu"
-    ppo = {backend: over_succeeded(statistics.median, [training_sps(args, "ppo_isaacgym.py", args.metrics_interval,
-                                                                    flags=["--backend", backend]) for _ in range(args.repeats)])
-           for backend in ("envpool", "mjwarp")}  # fmt: skip
+    ppo = {}
+    for backend in ("envpool", "mjwarp"):
+        flags = ["--backend", backend]
+        runs = [training_sps(args, "ppo_isaacgym.py", args.metrics_interval, flags=flags) for _ in range(args.repeats)]
+        ppo[backend] = over_succeeded(statistics.median, runs)
     rows = [("EnvPool, Ant-v5 (CPU)", cell(raw_envpool_sps("Ant-v5", args.num_envs, args.raw_steps)), cell(ppo["envpool"])),
             (f"MuJoCo Warp, Ant ({device_name(device)})", cell(warp_sps(args.num_envs, args.warp_steps, device)),
              cell(ppo["mjwarp"]))]  # fmt: skip
