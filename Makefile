@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 DEMO_DIR := demo_runs
 
-.PHONY: setup system-packages demo test lint format bench clean
+.PHONY: setup system-packages demo test lint format fix-copies bench clean
 
 setup: $(STAMP) system-packages
 
@@ -42,9 +42,15 @@ demo: $(STAMP) system-packages
 test: $(STAMP) system-packages
 	$(PY) -m pytest
 
+# The blocks marked `# Copied from <script>.<name>` must equal their source (.ci/check_copies.py).
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) .ci/check_copies.py
+
+# Rewrite every `# Copied from` block from its source: change the source, then run this.
+fix-copies: $(STAMP)
+	$(PY) .ci/check_copies.py --fix
 
 format: $(STAMP)
 	$(PY) -m ruff format .

@@ -1,0 +1,96 @@
+"""Keep the blocks that one script copies from another identical to their source.
+
+    python .ci/check_copies.py        # each copy that differs: its file, line, block and a diff; exit 1
+    python .ci/check_copies.py --fix  # rewrite those copies from their sources (`make fix-copies`)
+
+Every script stands alone, so plumbing is copied between scripts (the single-file policy of Hugging Face
+transformers, whose utils/check_copies.py checks the same kind of marker). A copy is a top-level function or class
+whose line above (above its decorators) reads
+
+    # Copied from ppo_atari_envpool.save_checkpoint
+    # Copied from ppo_atari_envpool.minibatch_statistics with agent->q_network, Agent->QNetwork
+
+and it must equal the named block of that script, after the renames (whole words, left to right). The source is
+never itself a copy: change the source, then run `make fix-copies`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import re
+import sys
+from pathlib import Path
+
+MARKER = re.compile(r"# Copied from (\w+)\.(\w+)(?: with (.+))?")
+
+
+def top_level_blocks(lines: list[str]) -> dict[str, tuple[int, int]]:
+    """Each top-level function or class: name -> (index of its first line, decorators included; index after its last)."""
+    blocks = {}
+    for node in ast.parse("".join(lines)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            blocks[node.name] = (min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1, node.end_lineno)
+    return blocks
+
+
+def renamed(lines: list[str], renames: str | None) -> list[str]:
+    """The lines with each `old->new` of a marker's `with` part applied to whole words."""
+    pairs = [pair.split("->") for pair in renames.split(",")] if renames else []
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"renames {renames!r} are not written as old->new, old->new")
+    text = "".join(lines)
+    for old, new in pairs:
+        text = re.sub(rf"\b{re.escape(old.strip())}\b", new.strip(), text)
+    return text.splitlines(keepends=True)
+
+
+def check(root: Path, fix: bool) -> int:
+    """Check (or fix) every copy in the scripts at the top of `root`; print a line per problem; the number of problems."""
+    sources = {path.stem: path.read_text().splitlines(keepends=True) for path in sorted(root.glob("*.py"))}
+    blocks = {name: top_level_blocks(lines) for name, lines in sources.items()}
+    problems, copies = 0, 0
+    for script, lines in sources.items():
+        starts = {start: name for name, (start, _) in blocks[script].items()}
+        replacements = []  # (start, end, expected lines) of the copies that differ
+        for index, line in enumerate(lines):
+            if not (marker := MARKER.fullmatch(line.strip())):
+                continue
+            copies += 1
+            source, name, renames = marker.groups()
+            where = f"{script}.py:{index + 1}"
+            if index + 1 not in starts:
+                print(f"{where}: '{line.strip()}' is not right above a top-level function or class")
+            elif name not in blocks.get(source, {}):
+                print(f"{where}: {source}.py has no top-level function or class named {name}")
+            elif MARKER.fullmatch(sources[source][blocks[source][name][0] - 1].strip()):
+                print(f"{where}: {source}.{name} is itself a copy; name the block it was copied from")
+            else:
+                start, end = blocks[script][starts[index + 1]]
+                source_start, source_end = blocks[source][name]
+                expected = renamed(sources[source][source_start:source_end], renames)
+                if lines[start:end] == expected:
+                    continue
+                if fix:
+                    replacements.append((start, end, expected))
+                    print(f"{where}: rewrote {starts[index + 1]} from {source}.{name}")
+                    continue
+                diff = difflib.unified_diff(expected, lines[start:end], f"{source}.py ({name})", f"{script}.py", n=1)
+                print(f"{where}: {starts[index + 1]} differs from {source}.{name}:\n{''.join(diff)}")
+            problems += 1
+        for start, end, expected in sorted(replacements, reverse=True):  # from the bottom: earlier indices stay valid
+            lines[start:end] = expected
+        if replacements:
+            (root / f"{script}.py").write_text("".join(lines))
+    if not problems:
+        print(f"{copies} copies checked: each is identical to its source" if not fix else f"{copies} copies up to date")
+    return problems
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fix", action="store_true", help="rewrite the copies that differ from their source")
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent, help="the repository")
+    options = parser.parse_args()
+    sys.exit(1 if check(options.root, options.fix) else 0)
