@@ -96,7 +96,7 @@ def loss_args(**overrides):
 
 def call_ppo_loss(new_logprob, old_logprob, advantages, new_value, old_value, returns, entropy, mask, **coefficients):
     minibatch = {"logprobs": old_logprob, "values": old_value, "advantages": advantages, "returns": returns, "valid": mask}
-    return ppo_loss(new_logprob, new_value, entropy, minibatch | minibatch_statistics(minibatch), **coefficients)
+    return ppo_loss(new_logprob, new_value, entropy, minibatch, minibatch_statistics(minibatch), **coefficients)
 
 
 def test_ppo_loss_hand_computed():
@@ -372,8 +372,8 @@ def reduction_worker(rank, init_file, leaves, data, out_path):
     rows = (slice(0, 4), slice(4, 7))[rank]
     parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # the same weights in both processes
     minibatch = {name: values[rows] for name, values in data.items()}
-    minibatch |= minibatch_statistics(minibatch)  # over both processes
-    loss, stats = ppo_loss(*(p[rows] for p in parameters), minibatch, clip_coef=0.2, clip_vloss=True, ent_coef=0.01,
+    statistics = minibatch_statistics(minibatch)  # over both processes
+    loss, stats = ppo_loss(*(p[rows] for p in parameters), minibatch, statistics, clip_coef=0.2, clip_vloss=True, ent_coef=0.01,
                            vf_coef=0.5, norm_adv=True)  # fmt: skip
     loss.backward()
     ppo_atari_envpool.all_ranks_sum_gradients(parameters)
@@ -391,7 +391,7 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
     leaves = [torch.randn(7, generator=generator) * 0.1 for _ in range(3)]  # new log-prob, value, entropy
     whole = [leaf.clone().requires_grad_() for leaf in leaves]
     loss, stats = ppo_loss(
-        *whole, data | minibatch_statistics(data), clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True
+        *whole, data, minibatch_statistics(data), clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True
     )
     loss.backward()
     torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)

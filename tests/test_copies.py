@@ -1,0 +1,60 @@
+"""The copy checker (.ci/check_copies.py, run by `make lint`): main passes; a changed line in a copy fails, naming the
+file, the block and the line, with a diff; --fix restores the copy."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKER = ROOT / ".ci" / "check_copies.py"
+
+
+def run_checker(root: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, CHECKER, "--root", root, *flags], capture_output=True, text=True)
+
+
+def test_every_copy_on_main_is_identical_to_its_source():
+    result = run_checker(ROOT)
+    assert result.returncode == 0, result.stdout
+    copies = int(result.stdout.split()[0])
+    assert copies == sum(path.read_text().count("# Copied from ") for path in ROOT.glob("*.py"))
+    assert copies >= 30  # the plumbing of six scripts
+
+
+def test_a_changed_line_in_a_copy_of_pqn_fails_with_a_diff_and_fix_restores_it(tmp_path):
+    for path in ROOT.glob("*.py"):
+        shutil.copy(path, tmp_path)
+    original = (tmp_path / "pqn_atari.py").read_text()
+    lines = original.splitlines(keepends=True)
+    marker = next(i for i, line in enumerate(lines) if line.startswith("# Copied from "))
+    block = re.match(r"(?:@.*\n)*(?:def|class) (\w+)", "".join(lines[marker + 1 :]))[1]
+    body = next(i for i in range(marker + 2, len(lines)) if lines[i].startswith("    ") and lines[i].strip())
+    lines[body] = lines[body].rstrip("\n") + "  # a local edit\n"
+    (tmp_path / "pqn_atari.py").write_text("".join(lines))
+
+    result = run_checker(tmp_path)
+    assert result.returncode == 1
+    assert f"pqn_atari.py:{marker + 1}: {block} differs from" in result.stdout
+    assert "+" + lines[body] in result.stdout and "-" + original.splitlines(keepends=True)[body] in result.stdout
+
+    fixed = run_checker(tmp_path, "--fix")
+    assert fixed.returncode == 0 and f"rewrote {block}" in fixed.stdout
+    assert (tmp_path / "pqn_atari.py").read_text() == original
+    assert run_checker(tmp_path).returncode == 0
+
+
+def test_markers_that_name_nothing_or_a_copy_fail(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    return 1\n\n\n# Copied from a.f\ndef g():\n    return 1\n")
+    (tmp_path / "b.py").write_text("# Copied from a.missing\ndef h():\n    pass\n\n\n# Copied from a.g\ndef f():\n    return 1\n")
+    result = run_checker(tmp_path)
+    assert result.returncode == 1
+    assert "b.py:1: a.py has no top-level function or class named missing" in result.stdout
+    assert "b.py:6: a.g is itself a copy" in result.stdout
+
+
+def test_renames_apply_to_whole_words(tmp_path):
+    (tmp_path / "a.py").write_text("def save(agent, agents):\n    return agent, agents\n")
+    (tmp_path / "b.py").write_text("# Copied from a.save with agent->q_network\ndef save(q_network, agents):\n    return q_network, agents\n")
+    assert run_checker(tmp_path).returncode == 0
