@@ -47,7 +47,9 @@ def test_a_changed_line_in_a_copy_of_pqn_fails_with_a_diff_and_fix_restores_it(t
 
 def test_markers_that_name_nothing_or_a_copy_fail(tmp_path):
     (tmp_path / "a.py").write_text("def f():\n    return 1\n\n\n# Copied from a.f\ndef g():\n    return 1\n")
-    (tmp_path / "b.py").write_text("# Copied from a.missing\ndef h():\n    pass\n\n\n# Copied from a.g\ndef f():\n    return 1\n")
+    (tmp_path / "b.py").write_text(
+        "# Copied from a.missing\ndef h():\n    pass\n\n\n# Copied from a.g\ndef f():\n    return 1\n"
+    )
     result = run_checker(tmp_path)
     assert result.returncode == 1
     assert "b.py:1: a.py has no top-level function or class named missing" in result.stdout
@@ -56,5 +58,7 @@ def test_markers_that_name_nothing_or_a_copy_fail(tmp_path):
 
 def test_renames_apply_to_whole_words(tmp_path):
     (tmp_path / "a.py").write_text("def save(agent, agents):\n    return agent, agents\n")
-    (tmp_path / "b.py").write_text("# Copied from a.save with agent->q_network\ndef save(q_network, agents):\n    return q_network, agents\n")
+    (tmp_path / "b.py").write_text(
+        "# Copied from a.save with agent->q_network\ndef save(q_network, agents):\n    return q_network, agents\n"
+    )
     assert run_checker(tmp_path).returncode == 0
