@@ -351,8 +351,8 @@ class RunningMeanStd(nn.Module):
         weights = (torch.ones(len(batch), device=batch.device) if weights is None else weights).double()
         weights = weights.reshape(-1, *[1] * (batch.dim() - 1))
         deviation = batch - self.mean
-        sums = all_ranks_sum(torch.cat([weights.sum().reshape(1), (weights * deviation).sum(0).flatten(),
-                                        (weights * deviation.square()).sum(0).flatten()]))  # fmt: skip
+        moments = (weights, weights * deviation, weights * deviation.square())  # the count, the sum, the sum of squares
+        sums = all_ranks_sum(torch.cat([moment.sum(0).flatten() for moment in moments]))
         count, deviation_sum, square_sum = sums[0], *(part.view_as(self.mean) for part in sums[1:].chunk(2))
         delta = deviation_sum / count.clamp(min=1.0)  # the batch's mean minus the running mean
         var = square_sum / count.clamp(min=1.0) - delta.square()
@@ -361,11 +361,15 @@ class RunningMeanStd(nn.Module):
         self.mean.add_(delta * (count / total))
         self.count.copy_(total)
 
+    @property
+    def std(self) -> torch.Tensor:
+        return (self.var + 1e-8).sqrt()
+
 
 def normalise_observations(obs: torch.Tensor, obs_rms: RunningMeanStd, clip: float) -> torch.Tensor:
     """Count the raw observations (all real states) in the statistics, then (obs - mean) / std clipped to +-clip."""
     obs_rms.update(obs)
-    return ((obs - obs_rms.mean.float()) / (obs_rms.var.float() + 1e-8).sqrt()).clamp(-clip, clip)
+    return ((obs - obs_rms.mean.float()) / obs_rms.std.float()).clamp(-clip, clip)
 
 
 def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningMeanStd, gamma: float, clip: float):
@@ -374,7 +378,7 @@ def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningM
     restarts where an episode ended. Reset steps (valid = 0) stay out of the statistics. Returns (rewards, R)."""
     discounted_return = discounted_return * gamma + rewards
     return_rms.update(discounted_return, valid)
-    scaled = (rewards / (return_rms.var.float() + 1e-8).sqrt()).clamp(-clip, clip)
+    scaled = (rewards / return_rms.std.float()).clamp(-clip, clip)
     return scaled, discounted_return * (1.0 - dones)
 
 
