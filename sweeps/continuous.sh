@@ -11,14 +11,14 @@
 #   .venv/bin/python sweeps/aggregate.py report runs/continuous
 #
 # CPU default: GAMES=Ant-v5 SEEDS="1" TOTAL_TIMESTEPS=65536 BASE=64x16 MULTIPLIERS="1 2".
-# Paper (SCALE=paper): GAMES="Ant Humanoid" (on BACKEND=isaacgym or mjwarp; Ant-v5 Humanoid-v5
-#   with envpool), SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=30000000, BASE=1024x16,
-#   MULTIPLIERS="1 2 4 8".
+# Paper (SCALE=paper): GAMES=$CONTINUOUS_TASKS of sweeps/games.sh ("Ant Humanoid"; with -v5 on
+#   envpool), SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=30000000, BASE=1024x16, MULTIPLIERS="1 2 4 8".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 : "${BACKEND:=envpool}"
 if [[ ${SCALE:-cpu} == paper ]]; then
-    if [[ $BACKEND == envpool ]]; then : "${GAMES:=Ant-v5 Humanoid-v5}"; else : "${GAMES:=Ant Humanoid}"; fi
+    if [[ $BACKEND == envpool ]]; then : "${GAMES:=${CONTINUOUS_TASKS// /-v5 }-v5}"; else : "${GAMES:=$CONTINUOUS_TASKS}"; fi
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=30000000}" "${BASE:=1024x16}" "${MULTIPLIERS:=1 2 4 8}"
 fi
 : "${GAMES:=Ant-v5}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=65536}" "${BASE:=64x16}" "${MULTIPLIERS:=1 2}"

@@ -9,12 +9,13 @@
 #   .venv/bin/python sweeps/aggregate.py coverage runs/coverage
 #
 # CPU default: GAMES=Breakout SEEDS="1" TOTAL_TIMESTEPS=20480.
-# Paper (SCALE=paper): GAMES="Breakout Pong Qbert Amidar" (illustrative games),
+# Paper (SCALE=paper): GAMES=$COVERAGE_GAMES (illustrative games, sweeps/games.sh),
 # SEEDS="1 2 3", TOTAL_TIMESTEPS=10000000.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=Breakout Pong Qbert Amidar}" "${SEEDS:=1 2 3}" "${TOTAL_TIMESTEPS:=10000000}"
+    : "${GAMES:=$COVERAGE_GAMES}" "${SEEDS:=1 2 3}" "${TOTAL_TIMESTEPS:=10000000}"
 fi
 : "${GAMES:=Breakout}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=20480}" "${SHAPES:=8x128 128x8}"
 : "${RUNS_DIR:=runs/coverage}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"

@@ -12,8 +12,9 @@
 # NUM_ENVS="8 16 32 64 128" (500 runs of 100M steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert}"
+    : "${GAMES:=$ATARI_10}"
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=100000000}" "${NUM_ENVS:=8 16 32 64 128}"
 fi
 : "${GAMES:=Breakout}" "${SEEDS:=1 2}" "${TOTAL_TIMESTEPS:=16384}" "${NUM_ENVS:=8 32}"

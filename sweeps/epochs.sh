@@ -11,8 +11,9 @@
 # EPOCHS="4 8 16", NUM_ENVS="8 16 32" (450 runs of 100M steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert}"
+    : "${GAMES:=$ATARI_10}"
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=100000000}" "${EPOCHS:=4 8 16}" "${NUM_ENVS:=8 16 32}"
 fi
 : "${GAMES:=Breakout}" "${SEEDS:=1 2}" "${TOTAL_TIMESTEPS:=16384}" "${EPOCHS:=4 8}" "${NUM_ENVS:=8 16}"

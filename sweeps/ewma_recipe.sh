@@ -15,8 +15,9 @@
 #   NUM_ENVS="8 32 128", COMS="0 1 8 64", CLIPS="0.1 0.2".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert}"
+    : "${GAMES:=$ATARI_10}"
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=100000000}" "${NUM_ENVS:=8 32 128}" "${COMS:=0 1 8 64}"
     : "${CLIPS:=0.1 0.2}"
 fi

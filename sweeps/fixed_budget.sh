@@ -13,8 +13,9 @@
 # SBATCH_ARGS for sweeps/launch.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert}"
+    : "${GAMES:=$ATARI_10}"
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=100000000}"
 fi
 : "${GAMES:=Breakout}" "${SEEDS:=1 2}" "${TOTAL_TIMESTEPS:=20480}"

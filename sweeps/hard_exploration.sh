@@ -8,12 +8,13 @@
 #   .venv/bin/python sweeps/aggregate.py report runs/hard_exploration
 #
 # CPU default: GAMES=MontezumaRevenge SEEDS="1" TOTAL_TIMESTEPS=32768 SHAPES="16x64 32x32".
-# Paper (SCALE=paper): GAMES="MontezumaRevenge Venture PrivateEye Gravitar Solaris Pitfall",
+# Paper (SCALE=paper): GAMES=$HARD_EXPLORATION (sweeps/games.sh),
 # SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=50000000, SHAPES="32x128 64x128 128x128 128x64 128x256".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=MontezumaRevenge Venture PrivateEye Gravitar Solaris Pitfall}" "${SEEDS:=1 2 3 4 5}"
+    : "${GAMES:=$HARD_EXPLORATION}" "${SEEDS:=1 2 3 4 5}"
     : "${TOTAL_TIMESTEPS:=50000000}" "${SHAPES:=32x128 64x128 128x128 128x64 128x256}" "${OBS_NORM_INIT:=50}"
 fi
 : "${GAMES:=MontezumaRevenge}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=32768}" "${SHAPES:=16x64 32x32}"

@@ -13,8 +13,9 @@
 #   NUM_ENVS="8 16 32 64 128", the same LR scalings, GAMMAS="0.95 0.99 0.995 0.999".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert}"
+    : "${GAMES:=$ATARI_10}"
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=100000000}" "${NUM_ENVS:=8 16 32 64 128}"
     : "${GAMMAS:=0.95 0.99 0.995 0.999}"
 fi

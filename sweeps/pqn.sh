@@ -12,8 +12,9 @@
 # MULTIPLIERS="1 2 4 8 16" (450 runs of 100M steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert}"
+    : "${GAMES:=$ATARI_10}"
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=100000000}" "${MULTIPLIERS:=1 2 4 8 16}"
 fi
 : "${GAMES:=Breakout}" "${SEEDS:=1 2}" "${TOTAL_TIMESTEPS:=16384}" "${MULTIPLIERS:=1 2 4}"

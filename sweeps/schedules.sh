@@ -16,8 +16,9 @@
 # TARGET_DDR (default 100000, batch / KL) and TARGET_DDR_FINAL (unset: constant) set the target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert}"
+    : "${GAMES:=$ATARI_10}"
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=100000000}" "${ALGOS:=ppo ewma pqn}"
 fi
 : "${GAMES:=Breakout}" "${SEEDS:=1 2}" "${TOTAL_TIMESTEPS:=20480}" "${ALGOS:=ppo}"

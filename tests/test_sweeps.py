@@ -17,7 +17,8 @@ import metrics
 
 LAUNCH = os.path.join(ROOT, "sweeps", "launch.sh")
 AGGREGATE = os.path.join(ROOT, "sweeps", "aggregate.py")
-SWEEPS = sorted(path for path in glob.glob(os.path.join(ROOT, "sweeps", "*.sh")) if path != LAUNCH)
+GAMES = os.path.join(ROOT, "sweeps", "games.sh")  # the game lists, sourced by the sweeps
+SWEEPS = sorted(path for path in glob.glob(os.path.join(ROOT, "sweeps", "*.sh")) if path not in (LAUNCH, GAMES))
 
 
 def launch(commands, tmp_path, **env):

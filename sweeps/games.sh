@@ -1,0 +1,14 @@
+# shellcheck shell=bash disable=SC2034 - the lists are for the sweeps that source this file
+# The game lists of the sweeps' paper-scale defaults (SCALE=paper), in one place. Not a sweep:
+# each sweep sources it (`source sweeps/games.sh` from the repository root) and sets GAMES from one.
+
+# Atari-10 (Aitchison et al. 2023): the Atari games of Mayor et al. 2025's main experiments
+ATARI_10="Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert"
+# hard exploration (Mayor et al. 2025, Fig. 15, 16): PPO and PPO+RND
+HARD_EXPLORATION="MontezumaRevenge Venture PrivateEye Gravitar Solaris Pitfall"
+# Procgen, easy mode (Mayor et al. 2025, Fig. 8)
+PROCGEN_GAMES="Bigfish Starpilot"
+# the illustrative games of the state-space coverage figures (Mayor et al. 2025, Fig. 2, 9)
+COVERAGE_GAMES="Breakout Pong Qbert Amidar"
+# continuous control (Mayor et al. 2025, Fig. 7, 18), Isaac Gym's and MuJoCo Warp's names; EnvPool's add -v5
+CONTINUOUS_TASKS="Ant Humanoid"
