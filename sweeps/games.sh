@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2034 - the lists are for the sweeps that source this file
 # The game lists of the sweeps' paper-scale defaults (SCALE=paper), in one place. Not a sweep:
 # each sweep sources it (`source sweeps/games.sh` from the repository root) and sets GAMES from one.
+# ATARI_10 and HARD_EXPLORATION are also metrics.py's score-table lists; tests/test_copies.py keeps them equal.
 
 # Atari-10 (Aitchison et al. 2023): the Atari games of Mayor et al. 2025's main experiments
 ATARI_10="Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert"

@@ -62,3 +62,12 @@ def test_renames_apply_to_whole_words(tmp_path):
         "# Copied from a.save with agent->q_network\ndef save(q_network, agents):\n    return q_network, agents\n"
     )
     assert run_checker(tmp_path).returncode == 0
+
+
+def test_the_sweeps_game_lists_are_those_of_metrics():
+    """sweeps/games.sh (the sweeps' lists) and metrics.py (the score tables' lists) name the same games in order."""
+    import metrics
+
+    script = "source sweeps/games.sh && echo $ATARI_10 && echo $HARD_EXPLORATION"
+    lines = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert [line.split() for line in lines] == [metrics.ATARI_10, metrics.HARD_EXPLORATION]
