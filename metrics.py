@@ -167,8 +167,12 @@ def categorical_policy_change(
     log_probs, behavior_log_probs = torch.log_softmax(logits, dim=-1), torch.log_softmax(behavior_logits, dim=-1)
     log_ratio = (log_probs - behavior_log_probs).gather(-1, actions[:, None]).squeeze(-1)
     kl_behavior = categorical_kl(behavior_logits, logits).mean().item()
-    return {"ess_pct": ess_percentage(log_ratio.exp()), "policy_variance": categorical_policy_variance(log_probs.exp()),
-            "kl_behavior": kl_behavior, "ddr": data_to_divergence_ratio(batch_size, kl_behavior)}  # fmt: skip
+    return {
+        "ess_pct": ess_percentage(log_ratio.exp()),
+        "policy_variance": categorical_policy_variance(log_probs.exp()),
+        "kl_behavior": kl_behavior,
+        "ddr": data_to_divergence_ratio(batch_size, kl_behavior),
+    }
 
 
 def gaussian_policy_change(
@@ -183,8 +187,12 @@ def gaussian_policy_change(
     normal = lambda loc, scale: torch.distributions.Normal(loc, scale, validate_args=False)  # noqa: E731 - no host check
     log_ratio = (normal(mean, std).log_prob(actions) - normal(behavior_mean, behavior_std).log_prob(actions)).sum(-1)
     kl_behavior = gaussian_kl(behavior_mean, behavior_std, mean, std).mean().item()
-    return {"ess_pct": ess_percentage(log_ratio.exp()), "policy_variance": gaussian_policy_variance(mean, std),
-            "kl_behavior": kl_behavior, "ddr": data_to_divergence_ratio(batch_size, kl_behavior)}  # fmt: skip
+    return {
+        "ess_pct": ess_percentage(log_ratio.exp()),
+        "policy_variance": gaussian_policy_variance(mean, std),
+        "kl_behavior": kl_behavior,
+        "ddr": data_to_divergence_ratio(batch_size, kl_behavior),
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -236,8 +244,7 @@ ATARI_RANDOM_HUMAN: dict[str, tuple[float, float]] = {
     "Pong": (-20.7, 14.6),
     "BeamRider": (363.9, 16926.5),
 }
-ATARI_10 = ["Amidar", "Bowling", "Frostbite", "KungFuMaster", "Riverraid", "BattleZone",
-            "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"]  # fmt: skip
+ATARI_10 = "Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert".split()
 HARD_EXPLORATION = ["MontezumaRevenge", "Venture", "PrivateEye", "Gravitar", "Solaris", "Pitfall"]
 
 # Procgen easy-mode (R_min, R_max) from Cobbe et al. 2020 (Appendix C), keyed by lower-case

@@ -51,11 +51,25 @@ class Task:
 
 
 TASKS = {
-    "Ant": Task("ant.xml", forward_reward_weight=1.0, ctrl_cost_weight=0.5, contact_cost_weight=5e-4,
-                healthy_reward=1.0, healthy_z_range=(0.2, 1.0), reset_noise_scale=0.1),
-    "Humanoid": Task("humanoid.xml", forward_reward_weight=1.25, ctrl_cost_weight=0.1, contact_cost_weight=5e-7,
-                     healthy_reward=5.0, healthy_z_range=(1.0, 2.0), reset_noise_scale=1e-2),
-}  # fmt: skip
+    "Ant": Task(
+        "ant.xml",
+        forward_reward_weight=1.0,
+        ctrl_cost_weight=0.5,
+        contact_cost_weight=5e-4,
+        healthy_reward=1.0,
+        healthy_z_range=(0.2, 1.0),
+        reset_noise_scale=0.1,
+    ),
+    "Humanoid": Task(
+        "humanoid.xml",
+        forward_reward_weight=1.25,
+        ctrl_cost_weight=0.1,
+        contact_cost_weight=5e-7,
+        healthy_reward=5.0,
+        healthy_z_range=(1.0, 2.0),
+        reset_noise_scale=1e-2,
+    ),
+}
 ANT_CONTACT_FORCE_RANGE = (-1.0, 1.0)  # Ant clips the external forces in its observation and contact cost
 HUMANOID_MAX_CONTACT_COST = 10.0
 

@@ -33,8 +33,9 @@ class Args:
 
 
 def transitions_per_second(agent: Agent, pool_size: int, batch_size: int, steps: int) -> float:
-    envs = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=pool_size, batch_size=batch_size,
-                        episodic_life=True, reward_clip=True)  # fmt: skip
+    envs = envpool.make(
+        "Breakout-v5", env_type="gymnasium", num_envs=pool_size, batch_size=batch_size, episodic_life=True, reward_clip=True
+    )
     envs.async_reset()  # every env resets; recv() returns the first batch_size that are ready
     start = time.perf_counter()
     for _ in range(steps):
@@ -51,9 +52,11 @@ def main() -> None:
     args = tyro.cli(Args)
     torch.manual_seed(0)
     agent = Agent(num_actions=4, separate_networks=False)
-    modes = {f"sync, {args.num_envs} envs": (args.num_envs, args.num_envs),
-             f"async, pool of {2 * args.num_envs} in batches of {args.num_envs}": (2 * args.num_envs, args.num_envs),
-             f"async, pool of {args.num_envs} in batches of {args.num_envs // 2}": (args.num_envs, args.num_envs // 2)}  # fmt: skip
+    modes = {
+        f"sync, {args.num_envs} envs": (args.num_envs, args.num_envs),
+        f"async, pool of {2 * args.num_envs} in batches of {args.num_envs}": (2 * args.num_envs, args.num_envs),
+        f"async, pool of {args.num_envs} in batches of {args.num_envs // 2}": (args.num_envs, args.num_envs // 2),
+    }
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(args.repeats):
         for mode, (pool_size, batch_size) in modes.items():

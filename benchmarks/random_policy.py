@@ -48,8 +48,10 @@ def main() -> None:
             lengths.append(info["elapsed_step"][index])
             episode_return[index] = 0.0
     returns = np.array(returns[: args.episodes])
-    print(f"{args.env_id}: {args.episodes} episodes of uniformly random actions: mean return {returns.mean():.1f} "
-          f"(std {returns.std():.1f}, median {np.median(returns):.1f}), mean length {np.mean(lengths):.1f}")  # fmt: skip
+    print(
+        f"{args.env_id}: {args.episodes} episodes of uniformly random actions: mean return {returns.mean():.1f} "
+        f"(std {returns.std():.1f}, median {np.median(returns):.1f}), mean length {np.mean(lengths):.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ def main() -> None:
     parser.add_argument("--final-fraction", type=float, default=0.1, help="the end of training: this last part of the steps")
     options = parser.parse_args()
     print(
-        f"| run | seed | games | return, last {options.final_fraction:.0%} of steps | last 50 games | N_envs, median by thirds "
-        "| clip epsilon, same | DDR, same | SPS |"
+        f"| run | seed | games | return, last {options.final_fraction:.0%} of steps | last 50 games "
+        "| N_envs, median by thirds | clip epsilon, same | DDR, same | SPS |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for args_path in sorted(glob.glob(os.path.join(options.sweep_dir, "*", "args.json"))):

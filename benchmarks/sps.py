@@ -68,8 +68,14 @@ EXTRA_FLAGS = {"ppo_rnd_atari.py": ["--num-iterations-obs-norm-init", "1"], "ppo
 EAGER_FLAGS = {"ppo_isaacgym.py": ["--no-compile", "--no-fused-adam", "--no-reuse-host-memory"]}
 CLEANRL_EAGER = ["--no-compile", "--no-channels-last", "--no-fused-adam", "--no-reuse-host-memory"]
 TORCHRUN_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "ppo_procgen.py", "ppo_isaacgym.py")
-ALL_SCRIPTS = ("ppo_atari_envpool.py", "ppo_ewma_atari.py", "pqn_atari.py", "ppo_rnd_atari.py", "ppo_procgen.py",
-               "ppo_isaacgym.py")  # fmt: skip
+ALL_SCRIPTS = (
+    "ppo_atari_envpool.py",
+    "ppo_ewma_atari.py",
+    "pqn_atari.py",
+    "ppo_rnd_atari.py",
+    "ppo_procgen.py",
+    "ppo_isaacgym.py",
+)
 FAILED_RUNS = []  # training runs that exited non-zero, for main's exit status (the --jobs threads append too)
 
 
@@ -204,20 +210,45 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
     threads = threads or (max(1, (os.cpu_count() or 1) // nproc) if nproc > 1 else 0)
     environment = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     with tempfile.TemporaryDirectory() as runs_dir:
-        command = [sys.executable, *torchrun, os.path.join(ROOT, script), "--env-id", task_of(args, script),
-                   *EXTRA_FLAGS.get(script, []),
-                   "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
-                   "--total-timesteps", str(args.total_timesteps), "--metrics-interval", str(metrics_interval),
-                   "--runs-dir", runs_dir, "--cuda" if args.cuda else "--no-cuda", *flags]  # fmt: skip
+        command = [
+            sys.executable,
+            *torchrun,
+            os.path.join(ROOT, script),
+            "--env-id",
+            task_of(args, script),
+            *EXTRA_FLAGS.get(script, []),
+            "--num-envs",
+            str(args.num_envs),
+            "--num-steps",
+            str(args.num_steps),
+            "--total-timesteps",
+            str(args.total_timesteps),
+            "--metrics-interval",
+            str(metrics_interval),
+            "--runs-dir",
+            runs_dir,
+            "--cuda" if args.cuda else "--no-cuda",
+            *flags,
+        ]
         threads_env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
         command += ["--torch-threads", str(threads)] if threads else []
-        result = subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                env={**environment, **threads_env})  # fmt: skip
+        result = subprocess.run(
+            command,
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**environment, **threads_env},
+        )
         if result.returncode:  # reported, not fatal: one crashing flag set must not lose the other measurements
             lines = [line.strip(" │╭╮╰╯─") for line in result.stderr.splitlines()]  # tyro's errors come in a box
             last_line = next((line for line in reversed(lines) if line), "")
-            print(f"failed: {' '.join([script, *flags])} (metrics interval {metrics_interval}, {nproc} process(es)) "
-                  f"exited with status {result.returncode}: {last_line}", file=sys.stderr)  # fmt: skip
+            print(
+                f"failed: {' '.join([script, *flags])} (metrics interval {metrics_interval}, {nproc} process(es)) "
+                f"exited with status {result.returncode}: {last_line}",
+                file=sys.stderr,
+            )
             FAILED_RUNS.append(command)
             return math.nan
         event_file = glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0]
@@ -245,12 +276,17 @@ def main() -> None:
             print("error: --cuda: no CUDA device is visible (drop --cuda to train on the CPU)", file=sys.stderr)
             sys.exit(2)
         if torch.cuda.device_count() < args.nproc:  # each torchrun process trains on its own GPU (cuda:LOCAL_RANK)
-            print(f"error: --cuda --nproc {args.nproc}: each torchrun process takes one GPU, and only "
-                  f"{torch.cuda.device_count()} GPU(s) are visible", file=sys.stderr)  # fmt: skip
+            print(
+                f"error: --cuda --nproc {args.nproc}: each torchrun process takes one GPU, and only "
+                f"{torch.cuda.device_count()} GPU(s) are visible",
+                file=sys.stderr,
+            )
             sys.exit(2)
     device = "cuda" if args.cuda else "cpu"
-    print(f"machine: {os.cpu_count()} CPUs, device {device}; "
-          f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps:,} steps per training run")  # fmt: skip
+    print(
+        f"machine: {os.cpu_count()} CPUs, device {device}; "
+        f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps:,} steps per training run"
+    )
     batch_size = args.num_envs * args.num_steps
     raw, observations, rows = {}, {}, []
     for env_id in dict.fromkeys(task_of(args, script) for script in args.scripts):
@@ -277,23 +313,37 @@ def main() -> None:
         sps = {name: over_succeeded(statistics.median, values) for name, values in runs.items()}
         seconds = metrics_seconds(script, frames, num_actions, batch_size, device)
         interval_seconds = args.metrics_interval * batch_size / sps["off"]
-        rows.append((
-            f"{script} ({env_id})",
-            cell(sps["eager"]),
-            cell(sps["defaults"]),
-            *(cell(sps[candidate]) for candidate in args.candidates),
-            cell(sps["defaults"] / sps["eager"], "{:.2f}"),
-            cell(sps["defaults"] / raw[env_id], "{:.3f}"),
-            cell(sps["off"]),
-            cell(100 * (1 - sps["defaults"] / sps["off"]), "{:+.1f} %"),
-            cell(interval_seconds, f"{seconds:.3f} s / {{:.1f}} s = {100 * seconds / interval_seconds:.1f} %"),
-            "; ".join(f"{name} {', '.join(cell(x, '{:.0f}') for x in values)}" for name, values in runs.items()),
-        ))  # fmt: skip
+        rows.append(
+            (
+                f"{script} ({env_id})",
+                cell(sps["eager"]),
+                cell(sps["defaults"]),
+                *(cell(sps[candidate]) for candidate in args.candidates),
+                cell(sps["defaults"] / sps["eager"], "{:.2f}"),
+                cell(sps["defaults"] / raw[env_id], "{:.3f}"),
+                cell(sps["off"]),
+                cell(100 * (1 - sps["defaults"] / sps["off"]), "{:+.1f} %"),
+                cell(interval_seconds, f"{seconds:.3f} s / {{:.1f}} s = {100 * seconds / interval_seconds:.1f} %"),
+                "; ".join(f"{name} {', '.join(cell(x, '{:.0f}') for x in values)}" for name, values in runs.items()),
+            )
+        )
     print(f"SPS with metrics every {args.metrics_interval} unless said; eager = CleanRL's path ({' '.join(CLEANRL_EAGER)})")
     candidates = (f"SPS --{candidate.replace(' ', ' --')}" for candidate in args.candidates)
-    print_table(("", "SPS eager", "SPS defaults", *candidates, "defaults / eager", "defaults / raw", "SPS metrics off",
-                 "metrics cost end to end", "cost by direct timing (< 5 %)", "runs (SPS)"),
-                rows)  # fmt: skip
+    print_table(
+        (
+            "",
+            "SPS eager",
+            "SPS defaults",
+            *candidates,
+            "defaults / eager",
+            "defaults / raw",
+            "SPS metrics off",
+            "metrics cost end to end",
+            "cost by direct timing (< 5 %)",
+            "runs (SPS)",
+        ),
+        rows,
+    )
     if args.nproc > 1:
         compare_torchrun(args)
     if args.jobs > 1:
@@ -315,9 +365,16 @@ def compare_thread_split(args: Args) -> None:
                 runs = [pool.submit(training_sps, args, script, args.metrics_interval, 1, threads) for _ in range(args.jobs)]
                 per_run[threads] = [run.result() for run in runs]
         default, divided = over_succeeded(statistics.mean, per_run[0]), over_succeeded(statistics.mean, per_run[split])
-        rows.append((f"{script} ({task_of(args, script)})", cell(default), cell(divided), cell(divided / default, "{:.2f}"),
-                     f"default {', '.join(cell(x, '{:.0f}') for x in per_run[0])}; "
-                     f"split {', '.join(cell(x, '{:.0f}') for x in per_run[split])}"))  # fmt: skip
+        rows.append(
+            (
+                f"{script} ({task_of(args, script)})",
+                cell(default),
+                cell(divided),
+                cell(divided / default, "{:.2f}"),
+                f"default {', '.join(cell(x, '{:.0f}') for x in per_run[0])}; "
+                f"split {', '.join(cell(x, '{:.0f}') for x in per_run[split])}",
+            )
+        )
     print(
         f"\n{args.jobs} runs at once, metrics every {args.metrics_interval}: per-run SPS with torch's default threads "
         f"against {split} thread(s) each (OMP_NUM_THREADS and --torch-threads, as sweeps/launch.sh sets for JOBS={args.jobs})"
@@ -354,11 +411,18 @@ def compare_mujoco_backends(args: Args) -> None:
         flags = ["--backend", backend]
         runs = [training_sps(args, "ppo_isaacgym.py", args.metrics_interval, flags=flags) for _ in range(args.repeats)]
         ppo[backend] = over_succeeded(statistics.median, runs)
-    rows = [("EnvPool, Ant-v5 (CPU)", cell(raw_envpool_sps("Ant-v5", args.num_envs, args.raw_steps)), cell(ppo["envpool"])),
-            (f"MuJoCo Warp, Ant ({device_name(device)})", cell(warp_sps(args.num_envs, args.warp_steps, device)),
-             cell(ppo["mjwarp"]))]  # fmt: skip
-    print(f"\nAnt at {args.num_envs} envs: env steps/s of the simulator alone (random actions) and of PPO end to end "
-          f"(ppo_isaacgym.py, {args.num_steps} steps a rollout, metrics every {args.metrics_interval})")  # fmt: skip
+    rows = [
+        ("EnvPool, Ant-v5 (CPU)", cell(raw_envpool_sps("Ant-v5", args.num_envs, args.raw_steps)), cell(ppo["envpool"])),
+        (
+            f"MuJoCo Warp, Ant ({device_name(device)})",
+            cell(warp_sps(args.num_envs, args.warp_steps, device)),
+            cell(ppo["mjwarp"]),
+        ),
+    ]
+    print(
+        f"\nAnt at {args.num_envs} envs: env steps/s of the simulator alone (random actions) and of PPO end to end "
+        f"(ppo_isaacgym.py, {args.num_steps} steps a rollout, metrics every {args.metrics_interval})"
+    )
     print_table(("", "env steps/s alone", "PPO SPS"), rows)
 
 
@@ -376,9 +440,15 @@ def compare_torchrun(args: Args) -> None:
             one.append(training_sps(args, script, args.metrics_interval))
             many.append(training_sps(args, script, args.metrics_interval, args.nproc))
         sps_one, sps_many = over_succeeded(statistics.median, one), over_succeeded(statistics.median, many)
-        rows.append((f"{script} ({task_of(args, script)})", cell(sps_one), cell(sps_many), cell(sps_many / sps_one, "{:.2f}"),
-                     f"1: {', '.join(cell(x, '{:.0f}') for x in one)}; "
-                     f"{args.nproc}: {', '.join(cell(x, '{:.0f}') for x in many)}"))  # fmt: skip
+        rows.append(
+            (
+                f"{script} ({task_of(args, script)})",
+                cell(sps_one),
+                cell(sps_many),
+                cell(sps_many / sps_one, "{:.2f}"),
+                f"1: {', '.join(cell(x, '{:.0f}') for x in one)}; {args.nproc}: {', '.join(cell(x, '{:.0f}') for x in many)}",
+            )
+        )
     print(
         f"\none run, metrics every {args.metrics_interval}: 1 process x {args.num_envs} envs against {args.nproc} torchrun "
         f"processes x {args.num_envs // args.nproc} envs ({max(1, (os.cpu_count() or 1) // args.nproc)} torch threads each)"

@@ -39,15 +39,22 @@ import metrics  # noqa: E402 - the project's one shared module, one directory up
 
 RETURN_TAG = "charts/episodic_return"
 METRIC_TITLES = {
-    "metrics/feature_rank": "feature rank", "metrics/feature_rank_critic": "feature rank (critic)",
-    "metrics/dormant_pct": "dormant neurons (%)", "metrics/weight_norm": "weight norm",
-    "metrics/grad_kurtosis": "gradient kurtosis", "metrics/grad_norm": "gradient norm",
-    "metrics/ess_pct": "effective sample size (%)", "metrics/policy_variance": "policy variance",
-    "metrics/kl_behavior": "KL(behaviour || updated policy)", "metrics/ddr": "data-to-divergence ratio",
-    "metrics/kl_prox": "KL(proximal || policy)", "metrics/q_mean": "mean max Q",
-    "charts/num_envs": "N_envs (--schedule)", "charts/clip_coef": "clip epsilon (--target-ddr)",
+    "metrics/feature_rank": "feature rank",
+    "metrics/feature_rank_critic": "feature rank (critic)",
+    "metrics/dormant_pct": "dormant neurons (%)",
+    "metrics/weight_norm": "weight norm",
+    "metrics/grad_kurtosis": "gradient kurtosis",
+    "metrics/grad_norm": "gradient norm",
+    "metrics/ess_pct": "effective sample size (%)",
+    "metrics/policy_variance": "policy variance",
+    "metrics/kl_behavior": "KL(behaviour || updated policy)",
+    "metrics/ddr": "data-to-divergence ratio",
+    "metrics/kl_prox": "KL(proximal || policy)",
+    "metrics/q_mean": "mean max Q",
+    "charts/num_envs": "N_envs (--schedule)",
+    "charts/clip_coef": "clip epsilon (--target-ddr)",
     "charts/ewma_com": "EWMA centre of mass (--adapt ewma-com)",
-}  # fmt: skip
+}
 SCHEDULE_TAGS = ("charts/num_envs", "charts/clip_coef", "charts/ewma_com")  # plotted when they change during training
 
 
@@ -89,15 +96,17 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
             continue
         with open(args_path) as f:
             args = json.load(f)
-        runs.append({
-            "dir": run_dir,
-            "args": args,
-            "env_id": args["env_id"],
-            "config": args["exp_name"],
-            "seed": args["seed"],
-            "total_steps": args.get("planned_steps") or args["num_iterations"] * args["batch_size"],
-            "scalars": read_scalars(run_dir),
-        })  # fmt: skip
+        runs.append(
+            {
+                "dir": run_dir,
+                "args": args,
+                "env_id": args["env_id"],
+                "config": args["exp_name"],
+                "seed": args["seed"],
+                "total_steps": args.get("planned_steps") or args["num_iterations"] * args["batch_size"],
+                "scalars": read_scalars(run_dir),
+            }
+        )
     if unfinished:
         print(f"note: {unfinished} run(s) without done.json left out (still running or interrupted; --unfinished adds them)")
     return runs
@@ -293,8 +302,12 @@ def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
     figure, axes = panel_grid(len(tags))
     for axis, tag in zip(axes.flat, tags, strict=False):
         for config, by_game in groups.items():
-            curves = [np.interp(grid, *run["scalars"][tag]) for game_runs in by_game.values() for run in game_runs
-                      if tag in run["scalars"]]  # fmt: skip
+            curves = [
+                np.interp(grid, *run["scalars"][tag])
+                for game_runs in by_game.values()
+                for run in game_runs
+                if tag in run["scalars"]
+            ]
             if not curves:
                 continue
             mean, half = mean_and_ci(np.array(curves))
@@ -335,8 +348,12 @@ def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
     figure, axis = plt.subplots(figsize=(6, 4))
     plotted = False
     for config, by_game in groups.items():
-        points = [(run["scalars"]["metrics/ddr"][1].mean(), final_score(run, final_fraction))
-                  for game_runs in by_game.values() for run in game_runs if "metrics/ddr" in run["scalars"]]  # fmt: skip
+        points = [
+            (run["scalars"]["metrics/ddr"][1].mean(), final_score(run, final_fraction))
+            for game_runs in by_game.values()
+            for run in game_runs
+            if "metrics/ddr" in run["scalars"]
+        ]
         if points:
             axis.scatter(*zip(*points, strict=True), color=colors[config], label=config, s=18)
             plotted = True
@@ -358,8 +375,9 @@ def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
 # --------------------------------------------------------------------------------------
 
 
-def report(sweep_dir: str, out_dir: str, final_fraction: float, points: int, reps: int, pdf: bool,
-           include_unfinished: bool) -> None:  # fmt: skip
+def report(
+    sweep_dir: str, out_dir: str, final_fraction: float, points: int, reps: int, pdf: bool, include_unfinished: bool
+) -> None:
     runs = load_runs(sweep_dir, include_unfinished)
     if not runs:
         sys.exit(f"error: no finished run under {sweep_dir} (run directories with args.json and done.json)")
@@ -377,15 +395,28 @@ def report(sweep_dir: str, out_dir: str, final_fraction: float, points: int, rep
     summary = []
     for config, matrix in matrices.items():
         flags = groups[config][games[0]][0]["args"]
-        ddrs = [run["scalars"]["metrics/ddr"][1].mean() for game_runs in groups[config].values()
-                for run in game_runs if "metrics/ddr" in run["scalars"]]  # fmt: skip
-        summary.append({
-            "config": config, "num_envs": flags["num_envs"], "num_steps": flags["num_steps"], "schedule": flags.get("schedule"),
-            "batch_size": flags["batch_size"], "update_epochs": flags["update_epochs"], "runs": matrix.shape[0],
-            "iqm": float(estimates[config][0]), "ci": (float(intervals[config][0][0]), float(intervals[config][1][0])),
-            "mean": float(np.nanmean(matrix)), "ddr": float(np.mean(ddrs)) if ddrs else float("nan"),
-            "per_game": matrix.mean(axis=0),
-        })  # fmt: skip
+        ddrs = [
+            run["scalars"]["metrics/ddr"][1].mean()
+            for game_runs in groups[config].values()
+            for run in game_runs
+            if "metrics/ddr" in run["scalars"]
+        ]
+        summary.append(
+            {
+                "config": config,
+                "num_envs": flags["num_envs"],
+                "num_steps": flags["num_steps"],
+                "schedule": flags.get("schedule"),
+                "batch_size": flags["batch_size"],
+                "update_epochs": flags["update_epochs"],
+                "runs": matrix.shape[0],
+                "iqm": float(estimates[config][0]),
+                "ci": (float(intervals[config][0][0]), float(intervals[config][1][0])),
+                "mean": float(np.nanmean(matrix)),
+                "ddr": float(np.mean(ddrs)) if ddrs else float("nan"),
+                "per_game": matrix.mean(axis=0),
+            }
+        )
 
     plot_game_curves(groups, games, grid, colors, label, os.path.join(out_dir, "learning_curves.png"), pdf)
     curve_matrices = {
@@ -393,8 +424,9 @@ def report(sweep_dir: str, out_dir: str, final_fraction: float, points: int, rep
         for config, matrix in matrices.items()
     }
     if curve_matrices:
-        plot_iqm_curves(curve_matrices, grid, colors, label, max(reps // 10, 100),
-                        os.path.join(out_dir, "iqm_curves.png"), pdf)  # fmt: skip
+        plot_iqm_curves(
+            curve_matrices, grid, colors, label, max(reps // 10, 100), os.path.join(out_dir, "iqm_curves.png"), pdf
+        )
     tags = plot_metric_curves(groups, grid, colors, os.path.join(out_dir, "metric_curves.png"), pdf)
     if summary:
         plot_score_vs_envs(summary, label, os.path.join(out_dir, "score_vs_num_envs.png"), pdf)
@@ -409,14 +441,21 @@ def report(sweep_dir: str, out_dir: str, final_fraction: float, points: int, rep
         "",
         f"| configuration | N_envs | N_RO | batch | epochs | runs per game | IQM final {label} [95 % CI] | mean | mean DDR |",
         "|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for row in summary:
         sizes = f"{row['num_envs']} | {row['num_steps']}" if not row["schedule"] else f"schedule {row['schedule']} | "
-        lines.append(f"| {row['config']} | {sizes} | {row['batch_size']} | "
-                     f"{row['update_epochs']} | {row['runs']} | {row['iqm']:.3f} [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}] "
-                     f"| {row['mean']:.3f} | {row['ddr']:.4g} |")  # fmt: skip
-    lines += ["", f"Mean final {label} per game (over seeds):", "",
-              "| configuration | " + " | ".join(games) + " |", "|---|" + "---|" * len(games)]  # fmt: skip
+        lines.append(
+            f"| {row['config']} | {sizes} | {row['batch_size']} | "
+            f"{row['update_epochs']} | {row['runs']} | {row['iqm']:.3f} [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}] "
+            f"| {row['mean']:.3f} | {row['ddr']:.4g} |"
+        )
+    lines += [
+        "",
+        f"Mean final {label} per game (over seeds):",
+        "",
+        "| configuration | " + " | ".join(games) + " |",
+        "|---|" + "---|" * len(games),
+    ]
     for row in summary:
         lines.append(f"| {row['config']} | " + " | ".join(f"{value:.3f}" for value in row["per_game"]) + " |")
     figures = ["learning_curves.png", "iqm_curves.png", "score_vs_num_envs.png"]
@@ -455,8 +494,9 @@ def umap_projection(features: np.ndarray, seed: int) -> np.ndarray:
 
 
 def coverage(sweep_dir: str, out_dir: str, grid: int, points_per_run: int, pdf: bool, include_unfinished: bool) -> None:
-    runs = [run for run in load_runs(sweep_dir, include_unfinished)
-            if os.path.exists(os.path.join(run["dir"], "embeddings.npz"))]  # fmt: skip
+    runs = [
+        run for run in load_runs(sweep_dir, include_unfinished) if os.path.exists(os.path.join(run["dir"], "embeddings.npz"))
+    ]
     if not runs:
         sys.exit(f"error: no run with embeddings.npz under {sweep_dir} (train with --save-embeddings)")
     os.makedirs(out_dir, exist_ok=True)
@@ -486,9 +526,14 @@ def coverage(sweep_dir: str, out_dir: str, grid: int, points_per_run: int, pdf: 
         figure.colorbar(scatter, ax=axes.ravel().tolist(), label="critic value", shrink=0.8)
         figure.suptitle(f"{game}: UMAP of penultimate features ({count} states per run, {grid}x{grid} grid)")
         save(figure, os.path.join(out_dir, f"coverage_{game}.png"), pdf)
-    lines = ["# State-space coverage", "", f"Cvg = occupied cells of a {grid} x {grid} grid / {grid * grid}, "
-             "UMAP fitted per game on all its runs.", "",
-             "| game | configuration | seed | states | Cvg |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "# State-space coverage",
+        "",
+        f"Cvg = occupied cells of a {grid} x {grid} grid / {grid * grid}, UMAP fitted per game on all its runs.",
+        "",
+        "| game | configuration | seed | states | Cvg |",
+        "|---|---|---|---|---|",
+    ]
     lines += [f"| {game} | {config} | {seed} | {count} | {value:.4f} |" for game, config, seed, count, value in rows]
     with open(os.path.join(out_dir, "coverage.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -539,8 +584,12 @@ def main() -> None:
     report_parser = commands.add_parser("report", help="figures and table of a sweep directory")
     report_parser.add_argument("sweep_dir", help="the sweep's --runs-dir (e.g. runs/fixed_budget)")
     report_parser.add_argument("--out", help="output folder (default: SWEEP_DIR/report)")
-    report_parser.add_argument("--final-fraction", type=float, default=0.1,
-                               help="final score = mean over episodes ending in this last fraction of training")  # fmt: skip
+    report_parser.add_argument(
+        "--final-fraction",
+        type=float,
+        default=0.1,
+        help="final score = mean over episodes ending in this last fraction of training",
+    )
     report_parser.add_argument("--points", type=int, default=20, help="points of the curves over training")
     report_parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples for the CIs")
     coverage_parser = commands.add_parser("coverage", help="UMAP state-space coverage of runs with embeddings")
