@@ -125,17 +125,18 @@ def ess_percentage(ratios: torch.Tensor) -> float:
 
 
 def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """Exact KL(p || q) per state for categorical distributions given by logits (B, A)."""
-    p_log = torch.log_softmax(p_logits, dim=-1)
-    q_log = torch.log_softmax(q_logits, dim=-1)
-    return (p_log.exp() * (p_log - q_log)).sum(dim=-1)
+    """Exact KL(p || q) per state for categorical distributions given by logits (B, A), in float64: in float32 the KL
+    of two near-identical policies is rounding noise, often negative, which a DDR (batch / KL) turns into nonsense."""
+    p_log = torch.log_softmax(p_logits.double(), dim=-1)
+    q_log = torch.log_softmax(q_logits.double(), dim=-1)
+    return (p_log.exp() * (p_log - q_log)).sum(dim=-1).clamp(min=0.0)  # >= 0; float64 rounding can leave -1e-17
 
 
 def gaussian_kl(p_mean: torch.Tensor, p_std: torch.Tensor, q_mean: torch.Tensor, q_std: torch.Tensor) -> torch.Tensor:
-    """Exact KL(p || q) per state for diagonal Gaussians (B, D), summed over dimensions."""
-    variance_ratio = (p_std / q_std).square()
-    mean_term = ((p_mean - q_mean) / q_std).square()
-    return 0.5 * (variance_ratio + mean_term - 1 - torch.log(variance_ratio)).sum(dim=-1)
+    """Exact KL(p || q) per state for diagonal Gaussians (B, D), summed over dimensions, in float64 (as categorical_kl)."""
+    variance_ratio = (p_std.double() / q_std.double()).square()
+    mean_term = ((p_mean.double() - q_mean.double()) / q_std.double()).square()
+    return 0.5 * (variance_ratio + mean_term - 1 - torch.log(variance_ratio)).sum(dim=-1).clamp(min=0.0)
 
 
 def categorical_policy_variance(probs: torch.Tensor) -> float:
@@ -146,16 +147,18 @@ def categorical_policy_variance(probs: torch.Tensor) -> float:
     return float(probs.detach().double().var(dim=0, unbiased=False).mean().item())
 
 
-def gaussian_policy_variance(mean: torch.Tensor, std: torch.Tensor) -> float:
-    """B.6 for Gaussian policies: the across-state variance of every action dimension's
-    mean and standard deviation, averaged over those 2 * D quantities."""
-    stacked = torch.cat([mean.detach().double(), std.detach().double().expand_as(mean)], dim=-1)
-    return float(stacked.var(dim=0, unbiased=False).mean().item())
+def gaussian_policy_variance(mean: torch.Tensor, std: torch.Tensor | None = None) -> float:
+    """B.6 for Gaussian policies: the across-state variance of each state-dependent output, averaged over them: the
+    mean of every action dimension, (B, D), and the std too when the network computes it per state (pass it then).
+    A state-independent std has zero variance by construction and would only halve the average."""
+    outputs = mean if std is None else torch.cat([mean, std], dim=-1)
+    return float(outputs.detach().double().var(dim=0, unbiased=False).mean().item())
 
 
 def data_to_divergence_ratio(batch_size: int, kl_behavior: float) -> float:
-    """Beukman et al. 2026: samples per unit of KL moved by one update (batch / KL)."""
-    return float(batch_size / max(kl_behavior, 1e-12))
+    """Beukman et al. 2026: samples per unit of KL moved by one update (batch / KL); inf for a policy that did not
+    move at all (KL 0)."""
+    return float(batch_size / kl_behavior) if kl_behavior > 0 else float("inf")
 
 
 def categorical_policy_change(
@@ -182,14 +185,16 @@ def gaussian_policy_change(
     behavior_std: torch.Tensor,
     actions: torch.Tensor,
     batch_size: int,
+    state_dependent_std: bool = False,
 ) -> dict[str, float]:
-    """`categorical_policy_change` for diagonal Gaussian policies given by their means and stds, (B, D) each."""
+    """`categorical_policy_change` for diagonal Gaussian policies given by their means and stds, (B, D) each; the std
+    counts in policy_variance only when the network computes it per state."""
     normal = lambda loc, scale: torch.distributions.Normal(loc, scale, validate_args=False)  # noqa: E731 - no host check
     log_ratio = (normal(mean, std).log_prob(actions) - normal(behavior_mean, behavior_std).log_prob(actions)).sum(-1)
     kl_behavior = gaussian_kl(behavior_mean, behavior_std, mean, std).mean().item()
     return {
         "ess_pct": ess_percentage(log_ratio.exp()),
-        "policy_variance": gaussian_policy_variance(mean, std),
+        "policy_variance": gaussian_policy_variance(mean, std if state_dependent_std else None),
         "kl_behavior": kl_behavior,
         "ddr": data_to_divergence_ratio(batch_size, kl_behavior),
     }

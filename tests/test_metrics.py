@@ -109,13 +109,16 @@ def test_policy_variance():
     # two deterministic, opposite states: each action's probability is 1 or 0 -> variance 1/4
     assert metrics.categorical_policy_variance(torch.tensor([[1.0, 0.0], [0.0, 1.0]])) == pytest.approx(0.25)
     assert metrics.categorical_policy_variance(torch.full((5, 3), 1 / 3)) == pytest.approx(0.0)
-    # Gaussian: means [0, 2] (variance 1) and a shared std (variance 0) -> average 0.5
+    # Gaussian: means [0, 2] have variance 1; a state-independent std is left out (it would halve the average)
     mean = torch.tensor([[0.0], [2.0]])
-    assert metrics.gaussian_policy_variance(mean, torch.ones(1)) == pytest.approx(0.5)
+    assert metrics.gaussian_policy_variance(mean) == pytest.approx(1.0)
+    # a std computed per state, [1, 3] (variance 1), and means [0, 4] (variance 4): average 2.5
+    assert metrics.gaussian_policy_variance(torch.tensor([[0.0], [4.0]]), torch.tensor([[1.0], [3.0]])) == pytest.approx(2.5)
 
 
 def test_ddr_and_explained_variance():
     assert metrics.data_to_divergence_ratio(1024, 0.01) == pytest.approx(102400.0)
+    assert metrics.data_to_divergence_ratio(1024, 0.0) == math.inf  # the policy did not move
     target = torch.tensor([1.0, 2.0, 3.0])
     assert metrics.explained_variance(target, target) == pytest.approx(1.0)
     assert metrics.explained_variance(torch.full((3,), 2.0), target) == pytest.approx(0.0)
@@ -144,8 +147,8 @@ def test_gaussian_policy_change_by_hand():
     # log ratios -0.5 and 0
     ratios = [math.exp(-0.5), 1.0]
     assert measured["ess_pct"] == pytest.approx(100 * sum(ratios) ** 2 / (2 * sum(r * r for r in ratios)))
-    # the means (1, 0) vary by 0.25, the stds (1, 1) not at all: 0.125 on average
-    assert measured["policy_variance"] == pytest.approx(0.125)
+    # the means (1, 0) vary by 0.25; the std is not a per-state output here
+    assert measured["policy_variance"] == pytest.approx(0.25)
     # KL(N(0, 1) || N(1, 1)) = 0.5 and 0 -> mean 0.25
     assert measured["kl_behavior"] == pytest.approx(0.25)
     assert measured["ddr"] == pytest.approx(400.0)
@@ -173,3 +176,30 @@ def test_score_normalisation():
         metrics.procgen_normalized_score("BigfishHard-v0", 10.0)
     with pytest.raises(KeyError):
         metrics.human_normalized_score("NoSuchGame-v5", 1.0)
+
+
+def test_kl_and_ddr_of_near_identical_float32_policies_are_those_of_float64():
+    """In float32 the KL of two policies one rounding step apart is noise (often negative: it was clamped to 1e-12, a
+    DDR of batch x 1e12). Computed in float64 it is the exact KL of the float32 inputs; identical policies give 0
+    and a DDR of inf."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(512, 6, generator=generator) * 3
+    nudged = torch.nextafter(logits, torch.full_like(logits, math.inf))  # every logit one float32 step up
+    nudged[:, 0] = torch.nextafter(nudged[:, 0], torch.full_like(logits[:, 0], -math.inf))
+    nudged[:, 0] = torch.nextafter(nudged[:, 0], torch.full_like(logits[:, 0], -math.inf))  # the first one step down
+    kl = lambda p, q: (p.softmax(-1) * (p.log_softmax(-1) - q.log_softmax(-1))).sum(-1).mean().item()  # noqa: E731
+    exact, in_float32 = kl(logits.double(), nudged.double()), kl(logits, nudged)
+    assert 0 < exact < 1e-13 and abs(in_float32 - exact) > 100 * exact  # float32 arithmetic: noise, not the KL
+    measured = metrics.categorical_policy_change(nudged, logits, torch.zeros(512, dtype=torch.long), batch_size=1024)
+    # float64's own rounding (1e-17 a state, clamped at 0) is left: a relative error far under the seeds' spread
+    assert measured["kl_behavior"] == pytest.approx(exact, rel=1e-3)
+    assert measured["ddr"] == pytest.approx(1024 / exact, rel=1e-3)
+    same = metrics.categorical_policy_change(logits, logits, torch.zeros(512, dtype=torch.long), batch_size=1024)
+    assert same["kl_behavior"] == 0.0 and same["ddr"] == math.inf
+    mean = torch.randn(512, 3, generator=generator)
+    std = torch.rand(512, 3, generator=generator) + 0.5
+    gaussian = metrics.gaussian_policy_change(mean, std, mean, std, mean, batch_size=1024)
+    assert gaussian["kl_behavior"] == 0.0 and gaussian["ddr"] == math.inf
+    shifted = metrics.gaussian_policy_change(torch.nextafter(mean, mean + 1), std, mean, std, mean, batch_size=1024)
+    exact_gaussian = ((torch.nextafter(mean, mean + 1).double() - mean.double()) / std.double()).square().sum(-1).mean() / 2
+    assert shifted["kl_behavior"] == pytest.approx(exact_gaussian.item(), rel=1e-6)
