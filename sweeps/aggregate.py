@@ -63,12 +63,40 @@ SCHEDULE_TAGS = ("charts/num_envs", "charts/clip_coef", "charts/ewma_com")  # pl
 # --------------------------------------------------------------------------------------
 
 
+# Every datum that the aggregation leaves out or substitutes: a warning line on stderr as it is found, a list in
+# report.md, and exit status 1 with --strict.
+DATA_NOTES: list[str] = []
+
+
+def data_note(run_dir: str, what: str) -> None:
+    note = f"{os.path.basename(os.path.normpath(run_dir))}: {what}"
+    if note not in DATA_NOTES:
+        DATA_NOTES.append(note)
+        print(f"warning: {note}", file=sys.stderr)
+
+
+def ends_inside_a_record(path: str) -> bool:
+    """Whether an event file is cut short, which TensorBoard's reader passes over in silence. Each TFRecord is an
+    8-byte length, a 4-byte CRC of it, the data and a 4-byte CRC of the data."""
+    with open(path, "rb") as f:
+        data = f.read()
+    position = 0
+    while position + 12 <= len(data):
+        position += 16 + int.from_bytes(data[position : position + 8], "little")
+    return position != len(data)
+
+
 def read_scalars(run_dir: str, tags: set[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{tag: (steps, values)} over every event file of a run directory (resumed runs have several)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
     points: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))):
+    paths = sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*")))
+    if not paths:
+        data_note(run_dir, "no TensorBoard event file: no data from this run")
+    for path in paths:
+        if ends_inside_a_record(path):
+            data_note(run_dir, f"{os.path.basename(path)} is damaged (cut short): only the events before the cut are read")
         accumulator = EventAccumulator(path, size_guidance={"scalars": 0})
         accumulator.Reload()
         for tag in accumulator.Tags()["scalars"]:
@@ -133,8 +161,11 @@ def final_score(run: dict, final_fraction: float) -> float:
     """Mean normalised return of the episodes ending in the last `final_fraction` of training."""
     steps, returns = run["scalars"].get(RETURN_TAG, (np.zeros(0), np.zeros(0)))
     window = returns[steps > (1.0 - final_fraction) * run["total_steps"]]
-    if len(window) == 0:
-        window = returns[-10:]  # no episode ended that late: the last ones
+    if len(window) == 0 and len(returns):
+        data_note(run["dir"], f"no episode ended in the last {final_fraction:.0%} of the steps: its last 10 episodes score")
+        window = returns[-10:]
+    elif len(window) == 0:
+        data_note(run["dir"], "no episode ended: its final score is missing (nan)")
     return float(normalise(run["env_id"], window)[0].mean()) if len(window) else float("nan")
 
 
@@ -462,6 +493,8 @@ def report(
     figures += ["metric_curves.png"] if tags else []
     figures += ["ddr_vs_score.png"] if has_ddr else []
     lines += ["", *[f"![{name}]({name})" for name in figures], ""]
+    if DATA_NOTES:
+        lines += ["## Data left out or substituted", "", *[f"- {note}" for note in DATA_NOTES], ""]
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines[: 6 + len(summary)]))
@@ -601,6 +634,8 @@ def main() -> None:
         sub.add_argument("--pdf", action="store_true", help="also write PDFs next to the PNGs")
         sub.add_argument("--unfinished", action="store_true", help="include runs without done.json")
     curves = commands.add_parser("curves", help="learning curves of run directories")
+    for sub in (report_parser, curves):
+        sub.add_argument("--strict", action="store_true", help="exit 1 when a datum was left out or substituted")
     curves.add_argument("run_dirs", nargs="+", help="run directories (runs/{env_id}__{exp_name}__{seed}__{time})")
     curves.add_argument("--tag", default=RETURN_TAG, help="scalar tag to plot")
     curves.add_argument("--out", default="learning_curve.png", help="output PNG path")
@@ -615,18 +650,20 @@ def main() -> None:
         if args.smooth < 1:
             parser.exit(2, "error: --smooth must be >= 1\n")
         plot_curves(args.run_dirs, args.tag, args.out, args.smooth, args.pdf)
-        return
-    if not os.path.isdir(args.sweep_dir):
+    elif not os.path.isdir(args.sweep_dir):
         parser.exit(2, f"error: {args.sweep_dir!r} is not a directory\n")
-    out_dir = args.out or os.path.join(args.sweep_dir, "report")
-    if args.command == "report":
+    elif args.command == "report":
         if not 0 < args.final_fraction <= 1 or args.points < 2 or args.reps < 10:
             parser.exit(2, "error: need 0 < --final-fraction <= 1, --points >= 2 and --reps >= 10\n")
+        out_dir = args.out or os.path.join(args.sweep_dir, "report")
         report(args.sweep_dir, out_dir, args.final_fraction, args.points, args.reps, args.pdf, args.unfinished)
     else:
         if args.grid < 1 or args.points_per_run < 3:
             parser.exit(2, "error: need --grid >= 1 and --points-per-run >= 3\n")
+        out_dir = args.out or os.path.join(args.sweep_dir, "report")
         coverage(args.sweep_dir, out_dir, args.grid, args.points_per_run, args.pdf, args.unfinished)
+    if getattr(args, "strict", False) and DATA_NOTES:
+        parser.exit(1, f"error: --strict: {len(DATA_NOTES)} datum(s) left out or substituted (the warnings above)\n")
 
 
 if __name__ == "__main__":
