@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import re
 import signal
@@ -539,7 +540,7 @@ def validate_and_derive(args: Args) -> Args:
     require(0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}")
     require(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}")
     low, high = args.clip_coef_bounds
-    require(0 < low <= high, f"--clip-coef-bounds {args.clip_coef_bounds} is not 0 < low <= high")
+    require(0 < low <= high < math.inf, f"--clip-coef-bounds {args.clip_coef_bounds} is not 0 < low <= high < inf")
     require(
         not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
         "--cudagraphs needs --compile and CUDA",
@@ -562,18 +563,19 @@ def require(ok: bool, message: str) -> None:
 
 
 def require_signs(args: Args, positive: str, non_negative: str) -> None:
-    """The flags named in `positive` (None allowed: not given) must be > 0, those in `non_negative` >= 0."""
+    """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0."""
     for name in positive.split():
         value = getattr(args, name)
-        require(value is None or value > 0, f"--{name.replace('_', '-')} must be > 0, got {value}")
+        require(value is None or 0 < value < math.inf, f"--{name.replace('_', '-')} must be finite and > 0, got {value}")
     for name in non_negative.split():
-        require(getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+        value = getattr(args, name)
+        require(0 <= value < math.inf, f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
 
 
 def plan_iterations(args: Args) -> Args:
     """The phases of --schedule (or the one phase of --num-envs x --num-steps), checked to split into minibatches and
     over the processes; the iterations of full batches that fit the budget."""
-    phases = parse_schedule(args.schedule) if args.schedule else [(0.0, args.num_envs, args.num_steps)]
+    phases = parse_schedule(args.schedule) if args.schedule is not None else [(0.0, args.num_envs, args.num_steps)]
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
     for _, num_envs, num_steps in phases:
         batch_size = num_envs * num_steps
