@@ -87,21 +87,23 @@ def ends_inside_a_record(path: str) -> bool:
 
 
 def read_scalars(run_dir: str, tags: set[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{tag: (steps, values)} over every event file of a run directory (resumed runs have several)."""
+    """{tag: (steps, values)} over the event files of a run directory, read as TensorBoard reads them: in order, and
+    a resumed run's `purge_step` hides the points that the interrupted run logged after its checkpoint."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
-    points: dict[str, list[tuple[int, float]]] = {}
     paths = sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*")))
     if not paths:
         data_note(run_dir, "no TensorBoard event file: no data from this run")
     for path in paths:
         if ends_inside_a_record(path):
             data_note(run_dir, f"{os.path.basename(path)} is damaged (cut short): only the events before the cut are read")
-        accumulator = EventAccumulator(path, size_guidance={"scalars": 0})
-        accumulator.Reload()
-        for tag in accumulator.Tags()["scalars"]:
-            if tags is None or tag in tags:
-                points.setdefault(tag, []).extend((event.step, event.value) for event in accumulator.Scalars(tag))
+    accumulator = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    accumulator.Reload()
+    points = {
+        tag: [(event.step, event.value) for event in accumulator.Scalars(tag)]
+        for tag in accumulator.Tags()["scalars"]
+        if tags is None or tag in tags
+    }
     scalars = {}
     for tag, tag_points in points.items():
         tag_points.sort(key=lambda point: point[0])  # stable: episodes of one step keep their order
