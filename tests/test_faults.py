@@ -1,11 +1,20 @@
-"""Faults a user meets, each driven through the real tool: damaged or missing data in sweeps/aggregate.py."""
+"""Faults a user meets, each driven through the real tool: damaged or missing data in sweeps/aggregate.py; a full disk,
+colliding run directories and a killed run in the training scripts."""
 
+import contextlib
+import errno
+import glob
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
 
-from conftest import ROOT
+import pytest
+import torch
+from conftest import ROOT, only_run_dir, read_scalars, run_script
 from torch.utils.tensorboard import SummaryWriter
 
 AGGREGATE = os.path.join(ROOT, "sweeps", "aggregate.py")
@@ -74,3 +83,137 @@ def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(
         text=True,
     )
     assert clean.returncode == 0 and "warning" not in clean.stderr, clean.stderr
+
+
+# ---- The training scripts' plumbing, through ppo_atari_envpool.py (the other scripts hold checked copies of it) ----
+SCRIPT = "ppo_atari_envpool.py"
+TINY = [
+    "--no-cuda",
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "1",
+    "--max-episode-steps",
+    "40",
+    "--metrics-interval",
+    "0",
+    "--torch-threads",
+    "1",
+]
+
+
+@contextlib.contextmanager
+def small_disk(path, megabytes: int):
+    """A real file system of `megabytes` at `path`: a tmpfs when running as root (CI's container), else skipped."""
+    os.makedirs(path)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", path]).returncode:
+        pytest.skip("mounting a small tmpfs needs root (see test_a_failed_write_... for the injected OSError)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", path], check=True)
+
+
+def test_a_disk_full_mid_run_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path):
+    """A checkpoint (Nature CNN and Adam: about 20 MB) fits on a 32 MB disk once; the second needs its temporary file
+    beside the first and does not fit. The run stops with one line, exit 1, and the first checkpoint still resumes."""
+    with small_disk(str(tmp_path / "disk"), 32) as disk:
+        result = run_script(SCRIPT, *TINY, "--total-timesteps", "256", "--checkpoint-interval", "2", "--runs-dir", disk)
+        assert result.returncode == 1, result.stderr
+        run_dir = only_run_dir(disk)
+        lines = result.stderr.strip().splitlines()
+        assert lines == [
+            f"error: cannot write {run_dir}/checkpoint.pt: No space left on device; the last checkpoint is "
+            f"intact: free space, then --resume {run_dir}/checkpoint.pt"
+        ], lines
+        assert sorted(os.listdir(run_dir))[:2] == ["args.json", "checkpoint.pt"] and not glob.glob(f"{run_dir}/*.tmp*")
+        checkpoint = torch.load(f"{run_dir}/checkpoint.pt", weights_only=True)
+        assert (checkpoint["iteration"], checkpoint["global_step"]) == (2, 64)
+        shutil.copytree(run_dir, tmp_path / "moved")  # somewhere with space: the checkpoint resumes to the end
+    resumed = run_script(SCRIPT, "--resume", str(tmp_path / "moved" / "checkpoint.pt"), "--no-cuda")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.load(open(tmp_path / "moved" / "done.json")) == {"global_step": 256, "iterations": 8}
+
+
+def test_a_full_disk_at_start_leaves_no_half_written_file(tmp_path):
+    with small_disk(str(tmp_path / "disk"), 1) as disk:
+        with open(os.path.join(disk, "filler"), "wb") as f:  # fill the disk
+            with contextlib.suppress(OSError):
+                f.write(b"\0" * 2**21)
+        result = run_script(SCRIPT, *TINY, "--total-timesteps", "64", "--runs-dir", disk)
+        assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert result.stderr.startswith("error: cannot write ") and "args.json: No space left on device" in result.stderr
+        run_dir = only_run_dir(disk)
+        assert os.listdir(run_dir) == []  # neither args.json nor its temporary file
+
+
+def test_a_failed_write_names_the_file_removes_the_temporary_file_and_keeps_the_old_one(tmp_path, monkeypatch, capsys):
+    """The same path with an injected OSError (no root needed): write_atomically and stop_on_write_error."""
+    import ppo_atari_envpool
+
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"the last good checkpoint")
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
+    with pytest.raises(OSError) as raised:
+        ppo_atari_envpool.write_atomically(str(path), b"a newer checkpoint")
+    assert raised.value.filename == str(path) and os.listdir(tmp_path) == ["checkpoint.pt"]
+    assert path.read_bytes() == b"the last good checkpoint"
+    with pytest.raises(SystemExit) as exited:
+        ppo_atari_envpool.stop_on_write_error(raised.value)
+    assert exited.value.code == 1
+    assert capsys.readouterr().err == (
+        f"error: cannot write {path}: No space left on device; the last checkpoint is "
+        f"intact: free space, then --resume {path}\n"
+    )
+
+
+def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path):
+    """Every name the runs could take in the next minute already exists (as if taken by runs started in that second):
+    two runs started together each create their own directory, with a suffix, and write only there."""
+    now = int(time.time())
+    for second in range(now, now + 60):
+        os.makedirs(tmp_path / f"Breakout-v5__ppo_atari_envpool__1__{second}")
+    command = [sys.executable, os.path.join(ROOT, SCRIPT), *TINY, "--total-timesteps", "64", "--runs-dir", str(tmp_path)]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    processes = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in "ab"]
+    assert [process.wait(timeout=600) for process in processes] == [0, 0]
+    finished = sorted(os.path.dirname(path) for path in glob.glob(str(tmp_path / "*" / "done.json")))
+    assert len(finished) == 2 and all(re.search(r"__1__\d+_\d+$", run_dir) for run_dir in finished), finished
+    for run_dir in finished:
+        assert len(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))) == 1
+        assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [32, 64]
+
+
+def test_a_run_killed_after_an_unsaved_iteration_resumes_with_one_point_per_step(tmp_path):
+    """SIGKILL after the run logged iterations past its last checkpoint: the resumed run logs those steps again, and
+    TensorBoard's purge_step hides the first copies, so each tag reads back with every step once."""
+    flags = [*TINY, "--total-timesteps", "640", "--checkpoint-interval", "3", "--runs-dir", str(tmp_path)]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    process = subprocess.Popen([sys.executable, SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logged_past_checkpoint = False
+    while not logged_past_checkpoint and process.poll() is None:
+        time.sleep(0.2)
+        run_dirs = glob.glob(str(tmp_path / "*"))
+        if run_dirs and os.path.exists(checkpoint_path := os.path.join(run_dirs[0], "checkpoint.pt")):
+            saved_step = torch.load(checkpoint_path, weights_only=True)["global_step"]
+            events = EventAccumulator(run_dirs[0])
+            events.Reload()
+            logged = [event.step for event in events.Scalars("charts/SPS")] if "charts/SPS" in events.Tags()["scalars"] else []
+            logged_past_checkpoint = any(step > saved_step for step in logged)
+    process.kill()
+    process.wait()
+    assert logged_past_checkpoint, "the run ended before it logged past a checkpoint"
+    run_dir = only_run_dir(tmp_path)
+    result = run_script(SCRIPT, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda", "--torch-threads", "1")
+    assert result.returncode == 0, result.stderr
+    scalars = read_scalars(run_dir)
+    assert [step for step, _ in scalars["charts/SPS"]] == list(range(32, 641, 32))
+    for tag in ("losses/policy_loss", "charts/learning_rate", "charts/episodic_return"):
+        steps = [step for step, _ in scalars[tag]]
+        assert steps == sorted(steps) and (tag == "charts/episodic_return" or len(set(steps)) == len(steps) == 20), tag
