@@ -2,13 +2,12 @@
 
     python pqn_atari.py --env-id Breakout-v5 --num-envs 8 --num-steps 128
 
-PQN (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning"): a Q-network with LayerNorm
-after every hidden layer, trained on-policy from parallel rollouts with Q(lambda) targets, epsilon-greedy
-exploration, no replay buffer and no target network. The paper's Sec. 6.1 uses CleanRL's PQN; the
-defaults are its Table 1. As in `ppo_atari_envpool.py`: EnvPool's reset step is masked out of the
-targets, the loss and the metrics (time-limit truncations bootstrap from max_a Q of the last
-observation); the metrics of `metrics.py` (plus `metrics/q_mean`) every `--metrics-interval`
-iterations; `--minibatch-size` and `--lr-scaling` for the study's sweeps; checkpoints and `--resume`.
+PQN (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning"): a Q-network with LayerNorm after every
+hidden layer, trained on-policy from parallel rollouts with Q(lambda) targets, epsilon-greedy exploration, no replay
+buffer and no target network. The paper's Sec. 6.1 uses CleanRL's PQN; the defaults are its Table 1. As in
+`ppo_atari_envpool.py`: EnvPool's reset step is masked out of the targets, the loss and the metrics (time-limit
+truncations bootstrap from max_a Q of the last observation); the metrics of `metrics.py` (plus `metrics/q_mean`) every
+`--metrics-interval` iterations; `--minibatch-size` and `--lr-scaling` for the sweeps; checkpoints and `--resume`.
 """
 
 from __future__ import annotations
@@ -23,11 +22,12 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields
 from types import SimpleNamespace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import envpool
 import numpy as np
 import torch
+import torch.distributed as dist
 import tyro
 from torch import nn
 from torch.nn import functional as F
@@ -36,49 +36,17 @@ from tqdm import tqdm
 
 import metrics
 
+# One process (validate_and_derive refuses torchrun); the copied plumbing reads these.
+RANK, LOCAL_RANK, WORLD_SIZE = 0, 0, 1
+
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment (part of the run directory name)"""
-    seed: int = 1
-    """seed of the experiment (torch and the environments)"""
-    torch_deterministic: bool = True
-    """set `torch.backends.cudnn.deterministic`"""
-    cuda: bool = True
-    """use CUDA when available (falls back to the CPU with a notice)"""
-    track: bool = False
-    """also log to Weights & Biases (TensorBoard is always written; WANDB_MODE=offline works)"""
-    wandb_project_name: str = "parallel-data-collection"
-    """the Weights & Biases project"""
-    wandb_entity: str | None = None
-    """the Weights & Biases entity (team)"""
-    capture_video: bool = False
-    """after training, record one evaluation game of the final policy to runs/.../videos/"""
-    runs_dir: str = "runs"
-    """folder that holds the run directories"""
-    save_model: bool = False
-    """save the final model to runs/.../{exp_name}.cleanrl_model"""
-    checkpoint_interval: int = 0
-    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
-    resume: str | None = None
-    """path of a checkpoint.pt to continue from (its run's flags are used)"""
-    # Speed (none of these changes what is learned, up to float rounding)
-    torch_threads: int | None = None
-    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
-    channels_last: bool = True
-    """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
-    fused_adam: bool = True
-    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
-    reuse_host_memory: bool = True
-    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
-    compile: bool = False
-    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
-    cudagraphs: bool = False
-    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
-    # Environment
+    # The study: environment and data collection
     env_id: str = "Breakout-v5"
     """EnvPool Atari task id"""
+    seed: int = 1
+    """seed of the experiment (torch and the environments)"""
     total_timesteps: int = 10_000_000
     """total environment steps (the paper uses 100M)"""
     max_episode_steps: int = 27_000
@@ -89,7 +57,7 @@ class Args:
     """N_RO: rollout length per environment and iteration"""
     schedule: str | None = None
     """N_envs x N_RO by fraction of the budget instead, e.g. 0:8x128,0.5:32x32,0.8:128x8 (each phase a new EnvPool pool)"""
-    # Optimisation
+    # The algorithm
     learning_rate: float = 2.5e-4
     """Adam learning rate (before --lr-scaling)"""
     lr_scaling: Literal["none", "sqrt", "linear", "inverse"] = "none"
@@ -112,7 +80,6 @@ class Args:
     """fix the minibatch size instead; the number of minibatches is derived (Beukman et al. 2026)"""
     max_grad_norm: float = 10.0
     """global gradient norm clipping"""
-    # Exploration
     start_e: float = 1.0
     """epsilon of the epsilon-greedy policy at the start"""
     end_e: float = 0.01
@@ -130,6 +97,42 @@ class Args:
     """on metrics iterations save penultimate features and max_a Q to runs/.../embeddings.npz"""
     embeddings_per_iteration: int = 256
     """states saved per metrics iteration with --save-embeddings"""
+    # Run, logging and checkpoints
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """name of this experiment (part of the run directory name)"""
+    runs_dir: str = "runs"
+    """folder that holds the run directories"""
+    track: bool = False
+    """also log to Weights & Biases (TensorBoard is always written; WANDB_MODE=offline works)"""
+    wandb_project_name: str = "parallel-data-collection"
+    """the Weights & Biases project"""
+    wandb_entity: str | None = None
+    """the Weights & Biases entity (team)"""
+    capture_video: bool = False
+    """after training, record one evaluation game of the final policy to runs/.../videos/"""
+    save_model: bool = False
+    """save the final model to runs/.../{exp_name}.cleanrl_model"""
+    checkpoint_interval: int = 0
+    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
+    resume: str | None = None
+    """path of a checkpoint.pt to continue from (its run's flags are used)"""
+    # Speed: none of these changes what is learned, up to float rounding
+    cuda: bool = True
+    """use CUDA when available (falls back to the CPU with a notice)"""
+    torch_deterministic: bool = True
+    """set `torch.backends.cudnn.deterministic`"""
+    torch_threads: int | None = None
+    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    channels_last: bool = True
+    """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
+    fused_adam: bool = True
+    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    reuse_host_memory: bool = True
+    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
+    compile: bool = False
+    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
+    cudagraphs: bool = False
+    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
     # Derived after validation (not flags)
     phases: tyro.conf.Suppress[list] = field(default_factory=list)  # (first step, N_envs, N_RO) of each phase
     batch_size: tyro.conf.Suppress[int] = 0  # of the first phase
@@ -137,6 +140,10 @@ class Args:
     planned_steps: tyro.conf.Suppress[int] = 0  # steps of the num_iterations full batches that fit the budget
 
 
+# ======================================================================================================================
+# ALGORITHM: the network, the maths of an iteration and the training loop. Change these to make a variant.
+# ======================================================================================================================
+# Copied from ppo_atari_envpool.layer_init
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -150,21 +157,18 @@ class LayerNormCHW(nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_contiguous() or not x.is_contiguous(memory_format=torch.channels_last):
             return super().forward(x)
-        hwc = (x.shape[2], x.shape[3], x.shape[1])
-        return F.layer_norm(
-            x.permute(0, 2, 3, 1), hwc, self.weight.permute(1, 2, 0), self.bias.permute(1, 2, 0), self.eps
-        ).permute(0, 3, 1, 2)
+        hwc, weight, bias = (x.shape[2], x.shape[3], x.shape[1]), self.weight.permute(1, 2, 0), self.bias.permute(1, 2, 0)
+        return F.layer_norm(x.permute(0, 2, 3, 1), hwc, weight, bias, self.eps).permute(0, 3, 1, 2)
 
 
 def nature_cnn_layernorm() -> nn.Sequential:
-    """Mnih et al. 2015 encoder with LayerNorm before every ReLU (Gallici et al. 2024). Each LayerNorm normalises
+    """ppo_atari_envpool.nature_cnn with LayerNorm before every ReLU (Gallici et al. 2024). Each LayerNorm normalises
     the whole output of its layer per sample (channels x height x width for a convolution), as CleanRL's PQN does."""
-    return nn.Sequential(
-        layer_init(nn.Conv2d(4, 32, 8, stride=4)), LayerNormCHW([32, 20, 20]), nn.ReLU(),
-        layer_init(nn.Conv2d(32, 64, 4, stride=2)), LayerNormCHW([64, 9, 9]), nn.ReLU(),
-        layer_init(nn.Conv2d(64, 64, 3, stride=1)), LayerNormCHW([64, 7, 7]), nn.ReLU(),
-        nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.LayerNorm(512), nn.ReLU(),
-    )  # fmt: skip
+    convolutions = [(4, 32, 8, 4, 20), (32, 64, 4, 2, 9), (64, 64, 3, 1, 7)]  # (in, out, kernel size, stride, out size)
+    layers = []
+    for i, o, k, s, n in convolutions:
+        layers += [layer_init(nn.Conv2d(i, o, k, stride=s)), LayerNormCHW([o, n, n]), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.LayerNorm(512), nn.ReLU())
 
 
 class QNetwork(nn.Module):
@@ -175,8 +179,7 @@ class QNetwork(nn.Module):
         self.head = layer_init(nn.Linear(512, num_actions), std=1.0)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here (in place), after the (4x smaller)
-        layout change."""
+        """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here (in place), after the (4x smaller) layout."""
         return self.encoder(obs.contiguous(memory_format=self.memory_format).float().div_(255.0))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -184,6 +187,102 @@ class QNetwork(nn.Module):
         return self.head(self.features(obs))
 
 
+def epsilon_greedy(q_values: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """One action per row of (B, A) Q-values: uniform with probability epsilon, else greedy."""
+    batch, num_actions = q_values.shape
+    uniform = torch.randint(num_actions, (batch,), device=q_values.device)
+    explore = torch.rand(batch, device=q_values.device) < epsilon
+    return torch.where(explore, uniform, q_values.argmax(dim=-1))
+
+
+# ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
+# Copied from ppo_atari_envpool.reset_step_mask
+def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
+    """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
+    ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
+    return 1.0 - previous_done
+
+
+def epsilon_schedule(step: int, start_e: float, end_e: float, exploration_steps: float) -> float:
+    """Linear decay from start_e at step 0 to end_e at `exploration_steps`, then constant."""
+    return end_e if step >= exploration_steps else start_e + (end_e - start_e) * step / exploration_steps
+
+
+def compute_q_lambda_targets(rewards, next_max_q, terminations, truncations, valid, gamma: float, q_lambda: float):
+    """Q(lambda) targets over a (T, N) rollout with reset steps masked.
+
+    Row t holds r_t, whether s_{t+1} ended the episode, and next_max_q[t] = max_a Q(s_{t+1}, a) (for the last row: of
+    the observation after the rollout). Then G_t = r_t + gamma * [(1 - lambda) * next_max_q[t] + lambda * G_{t+1}],
+    cut at episode ends: a termination does not bootstrap (G_t = r_t); a truncation bootstraps fully from next_max_q[t]
+    (s_{t+1} is the real last observation: EnvPool returns it and resets one step later), without the lambda
+    continuation; after the last row G_t = r_t + gamma * next_max_q[t]. Reset steps (valid = 0) get target 0.
+    """
+    targets = torch.zeros_like(rewards)
+    following_return = next_max_q[-1]  # G_T := max_a Q(s_T): the last row bootstraps fully
+    for t in reversed(range(rewards.shape[0])):
+        episode_ends = torch.maximum(terminations[t], truncations[t])
+        # (1 - lambda) * maxQ + lambda * G_{t+1}, or maxQ alone where the episode ended
+        continuation = next_max_q[t] + q_lambda * (1.0 - episode_ends) * (following_return - next_max_q[t])
+        following_return = (rewards[t] + gamma * (1.0 - terminations[t]) * continuation) * valid[t]
+        targets[t] = following_return
+    return targets
+
+
+# Copied from ppo_atari_envpool.masked_mean
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Mean of x where mask is 1, given the count of those entries over every process: under torchrun this process's
+    share of the mean over every process's entries (their reset steps differ); the shares sum to the mean, and their
+    gradients to its gradient."""
+    return (x * mask).sum() / count
+
+
+def td_loss(q_taken, targets, mask, count) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """0.5 * mean (Q(s, a) - G)^2 over one minibatch: `count` is the number of entries with mask 1, the others do not count."""
+    loss = 0.5 * masked_mean((q_taken - targets).square(), mask, count)
+    return loss, {"td_loss": loss.detach(), "q_values": masked_mean(q_taken.detach(), mask, count)}
+
+
+def compute_gradients(q_network: QNetwork, minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Forward pass, TD loss and backward pass of one minibatch into the parameters' .grad (one compiled graph with
+    --compile); returns the loss statistics. The count of real transitions is this minibatch's: pqn_atari.py refuses
+    torchrun, so the local count is the global one (masked_mean's count)."""
+    count = minibatch["valid"].sum().clamp(min=1.0)
+    q_taken = q_network(minibatch["obs"]).gather(1, minibatch["actions"][:, None]).squeeze(1)
+    loss, stats = td_loss(q_taken, minibatch["targets"], minibatch["valid"], count)
+    loss.backward()
+    return stats
+
+
+# ---- The outer loop: N_envs x N_RO by phase, learning rate, epsilon ----
+# Copied from ppo_atari_envpool.Phase
+class Phase(NamedTuple):
+    """A stretch of training with one data-collection shape, counted over all the processes of a torchrun run."""
+
+    num_envs: int
+    num_steps: int
+    minibatch_size: int
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+
+# Copied from ppo_atari_envpool.phase_at
+def phase_at(args: Args, step: int) -> Phase:
+    """The phase that `step` falls in: a fixed --minibatch-size stays, else the number of minibatches does."""
+    _, num_envs, num_steps = [phase for phase in args.phases if phase[0] <= step][-1]
+    return Phase(num_envs, num_steps, args.minibatch_size or num_envs * num_steps // args.num_minibatches)
+
+
+# Copied from ppo_atari_envpool.learning_rate
+def learning_rate(args: Args, num_envs: int, step: int) -> float:
+    """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
+    k = num_envs / args.lr_reference_envs
+    scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
+    return scaled * (1 - step / args.planned_steps) if args.anneal_lr else scaled
+
+
+# ---- Measurements after the update (the functions themselves are in metrics.py) ----
 @torch.no_grad()
 def measure_q_network(q_network: QNetwork, obs: torch.Tensor, dormant_tau: float) -> dict[str, float]:
     """The metrics/ tags that need a forward pass, after the update, on the metrics batch."""
@@ -201,83 +300,29 @@ def measure_q_network(q_network: QNetwork, obs: torch.Tensor, dormant_tau: float
 def embed(q_network: QNetwork, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
     """Penultimate features and max_a Q of a few states, for the coverage plots (paper Fig. 2)."""
     features = q_network.features(obs)
-    values = q_network.head(features).max(dim=-1).values
-    return {"features": features.cpu().numpy().astype(np.float16), "values": values.cpu().numpy(),
-            "iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}  # fmt: skip
+    values = q_network.head(features).max(dim=-1).values.cpu().numpy()
+    steps = {"iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}
+    return {"features": features.cpu().numpy().astype(np.float16), "values": values, **steps}
 
 
-# ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
-def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
-    """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
-    ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
-    return 1.0 - previous_done
-
-
-def epsilon_schedule(step: int, start_e: float, end_e: float, exploration_steps: float) -> float:
-    """Linear decay from start_e at step 0 to end_e at `exploration_steps`, then constant."""
-    return end_e if step >= exploration_steps else start_e + (end_e - start_e) * step / exploration_steps
-
-
-def epsilon_greedy(q_values: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """One action per row of (B, A) Q-values: uniform with probability epsilon, else greedy."""
-    batch, num_actions = q_values.shape
-    uniform = torch.randint(num_actions, (batch,), device=q_values.device)
-    explore = torch.rand(batch, device=q_values.device) < epsilon
-    return torch.where(explore, uniform, q_values.argmax(dim=-1))
-
-
-def compute_q_lambda_targets(rewards, next_max_q, terminations, truncations, valid, gamma: float, q_lambda: float):
-    """Q(lambda) targets over a (T, N) rollout with reset steps masked.
-
-    Row t holds r_t, whether s_{t+1} ended the episode, and next_max_q[t] = max_a Q(s_{t+1}, a)
-    (for the last row: of the observation after the rollout). Then
-        G_t = r_t + gamma * [(1 - lambda) * next_max_q[t] + lambda * G_{t+1}],
-    cut at episode ends: a termination does not bootstrap (G_t = r_t); a truncation
-    bootstraps fully from next_max_q[t] (s_{t+1} is the real last observation: EnvPool
-    returns it and resets one step later), without the lambda continuation; after the last
-    row G_t = r_t + gamma * next_max_q[t]. Reset steps (valid = 0) get target 0.
-    """
-    targets = torch.zeros_like(rewards)
-    following_return = next_max_q[-1]  # G_T := max_a Q(s_T): the last row bootstraps fully
-    for t in reversed(range(rewards.shape[0])):
-        episode_ends = torch.maximum(terminations[t], truncations[t])
-        # (1 - lambda) * maxQ + lambda * G_{t+1}, or maxQ alone where the episode ended
-        continuation = next_max_q[t] + q_lambda * (1.0 - episode_ends) * (following_return - next_max_q[t])
-        following_return = (rewards[t] + gamma * (1.0 - terminations[t]) * continuation) * valid[t]
-        targets[t] = following_return
-    return targets
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def td_loss(q_taken: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """0.5 * mean (Q(s, a) - G)^2 over one minibatch; entries with mask 0 do not count."""
-    loss = 0.5 * masked_mean((q_taken - targets).square(), mask)
-    return loss, {"td_loss": loss.detach(), "q_values": masked_mean(q_taken.detach(), mask)}
-
-
-def minibatch_backward(q_network: QNetwork, minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Forward pass, TD loss and backward pass of one minibatch (one compiled graph with --compile); the loss statistics."""
-    q_taken = q_network(minibatch["obs"]).gather(1, minibatch["actions"][:, None]).squeeze(1)
-    loss, stats = td_loss(q_taken, minibatch["targets"], minibatch["valid"])
-    loss.backward()
-    return stats
-
-
-def phase_at(args: Args, step: int) -> tuple[int, int, int]:
-    """N_envs, N_RO and the minibatch size of the phase that `step` falls in: a fixed --minibatch-size stays, else the
-    number of minibatches does."""
-    _, num_envs, num_steps = [phase for phase in args.phases if phase[0] <= step][-1]
-    return num_envs, num_steps, args.minibatch_size or num_envs * num_steps // args.num_minibatches
-
-
-def learning_rate(args: Args, num_envs: int, step: int) -> float:
-    """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
-    k = num_envs / args.lr_reference_envs
-    scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
-    return scaled * (1 - step / args.planned_steps) if args.anneal_lr else scaled
+def start_phase(args: Args, phase: Phase, iteration: int, device: torch.device, q_network: QNetwork):
+    """The EnvPool pool for the phase (EnvPool cannot resize a pool) and its rollout storage on the training device;
+    pixels stay uint8 until the network. A new phase, or a resumed run, starts new games from another env seed:
+    EnvPool's state cannot be saved. Not a copy: PQN stores max_a Q where PPO stores its policy and values."""
+    options = dict(max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)
+    envs = envpool.make(args.env_id, "gymnasium", num_envs=phase.num_envs, seed=args.seed + iteration - 1, **options)
+    size = (phase.num_steps, phase.num_envs)  # a variant adds a field to the rollout in one line
+    # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
+    shape = (size[0] * size[1], *envs.observation_space.shape)
+    frames = torch.empty(shape, dtype=torch.uint8, device=device, memory_format=q_network.memory_format).zero_()
+    rollout = {"obs": frames.unflatten(0, size), "actions": torch.zeros(size, dtype=torch.long, device=device)}
+    rollout["max_q"] = torch.zeros(size, device=device)  # max_a Q(s_t, a) when acting
+    # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
+    host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
+    next_obs = torch.tensor(envs.reset()[0], device=device)
+    # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
+    host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
+    return envs, rollout, host, next_obs, host_obs, np.zeros(phase.num_envs, dtype=np.float32), np.zeros(phase.num_envs)
 
 
 def main() -> None:
@@ -288,10 +333,10 @@ def main() -> None:
     q_network = QNetwork(envpool.make_spec(args.env_id).action_space.n, args.channels_last).to(device)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     # Only the forward pass: epsilon_greedy stays eager, as compiled code draws other random numbers than eager torch.
-    act, backward = q_network, minibatch_backward
+    act, update = q_network, compute_gradients
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
-        act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
-    state = {"model": q_network, "optimizer": optimizer}  # what a checkpoint holds
+        act, update = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, update))
+    state = {"model": q_network, "optimizer": optimizer}  # what a checkpoint holds, with the loop's counters
     global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
 
@@ -299,38 +344,24 @@ def main() -> None:
     # that matters is the whole game (info["terminated"] marks the real game over).
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step, phase, iteration = time.time(), global_step, None, start_iteration - 1
+    start_time, start_step, iteration = time.time(), global_step, start_iteration - 1
     exploration_steps = args.exploration_fraction * args.total_timesteps
+    phase = phase_at(args, global_step)
+    envs, rollout, host, next_obs, host_obs, next_done, game_return = start_phase(
+        args, phase, start_iteration, device, q_network
+    )
 
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if phase_at(args, global_step) != phase:  # EnvPool cannot resize a pool: a new phase plays new games in a new pool
+        # ==== COLLECT ROLLOUT: N_RO steps of N_envs environments, epsilon-greedy in the current Q-network ====
+        if phase_at(args, global_step) != phase:  # a --schedule phase begins: a new pool plays new games
             phase = phase_at(args, global_step)
-            (num_envs, num_steps, minibatch_size), batch_size = phase, phase[0] * phase[1]
-            # A resumed run or a new phase starts new games from another env seed: EnvPool's state cannot be saved.
-            envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=args.seed + iteration - 1,
-                                max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
-            # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
-            size = (num_steps, num_envs)
-            # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
-            frames = torch.empty((size[0] * size[1], *envs.observation_space.shape), dtype=torch.uint8, device=device,
-                                 memory_format=q_network.memory_format)  # fmt: skip
-            rollout = {
-                "obs": frames.zero_().unflatten(0, size),
-                "actions": torch.zeros(size, dtype=torch.long, device=device),
-                "max_q": torch.zeros(size, device=device),  # max_a Q(s_t, a) when acting
-            }
-            # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
-            host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
-            next_obs = torch.tensor(envs.reset()[0], device=device)
-            # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
-            host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
-            next_done, game_return = np.zeros(num_envs, dtype=np.float32), np.zeros(num_envs)
-        optimizer.param_groups[0]["lr"] = learning_rate(args, num_envs, global_step)
-
+            envs, rollout, host, next_obs, host_obs, next_done, game_return = start_phase(
+                args, phase, iteration, device, q_network
+            )
         rollout_start_step = global_step
-        for step in range(num_steps):
+        for step in range(phase.num_steps):
             epsilon = epsilon_schedule(global_step, args.start_e, args.end_e, exploration_steps)
-            global_step += num_envs
+            global_step += phase.num_envs
             rollout["obs"][step] = next_obs
             host["valid"][step] = reset_step_mask(next_done)
             with torch.inference_mode():
@@ -356,31 +387,33 @@ def main() -> None:
             break
         rollout |= {name: torch.as_tensor(values, device=device) for name, values in host.items()}  # on the CPU: no copy
 
-        # Targets once per iteration, from the network that collected the rollout.
+        # ==== TARGETS: Q(lambda) from the network that collected the rollout, EnvPool's reset steps masked ====
         with torch.no_grad():
             next_max_q = torch.cat([rollout["max_q"][1:], q_network(next_obs).max(dim=-1).values[None]])
-        rollout["targets"] = compute_q_lambda_targets(
-            rollout["rewards"], next_max_q, rollout["terminations"], rollout["truncations"], rollout["valid"],
-            args.gamma, args.q_lambda)  # fmt: skip
+            ends = [rollout[name] for name in ("terminations", "truncations", "valid")]
+            rollout["targets"] = compute_q_lambda_targets(rollout["rewards"], next_max_q, *ends, args.gamma, args.q_lambda)
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
 
+        # ==== UPDATE: epochs of minibatches ====
+        optimizer.param_groups[0]["lr"] = learning_rate(args, phase.num_envs, rollout_start_step)
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
         for _epoch in range(args.update_epochs):
-            permutation = torch.randperm(batch_size, device=device)
-            for start in range(0, batch_size, minibatch_size):
-                minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
+            permutation = torch.randperm(len(batch["obs"]), device=device)
+            for start in range(0, len(batch["obs"]), phase.minibatch_size):
+                indices = permutation[start : start + phase.minibatch_size]
+                minibatch = {name: values[indices] for name, values in batch.items()}
                 optimizer.zero_grad()
-                # .clone(): a CUDA graph overwrites its outputs at its next replay
-                stats = {name: value.clone() for name, value in backward(q_network, minibatch).items()}
+                stats = update(q_network, minibatch)
+                minibatch_stats.append({name: value.clone() for name, value in stats.items()})  # a CUDA graph reuses them
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in q_network.parameters() if p.grad is not None)
                 grad_norms.append(nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm))
                 optimizer.step()
-                minibatch_stats.append(stats)
 
-        charts = {"learning_rate": optimizer.param_groups[0]["lr"], "epsilon": epsilon,  # of the rollout's last step
-                  "num_envs": num_envs, "num_steps": num_steps, "batch_size": batch_size}  # fmt: skip
+        # ==== MEASURE AND LOG ====
+        charts = {"learning_rate": optimizer.param_groups[0]["lr"], "epsilon": epsilon}  # of the rollout's last step
+        charts |= {"num_envs": phase.num_envs, "num_steps": phase.num_steps, "batch_size": phase.batch_size}
         losses = {name: torch.stack([s[name] for s in minibatch_stats]).mean() for name in minibatch_stats[0]}
         measured = {}
         if measure:
@@ -398,98 +431,149 @@ def main() -> None:
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
-            save_checkpoint(run_dir, args, iteration, global_step, embeddings, **state)
+            save_checkpoint(run_dir, args, {"iteration": iteration, "global_step": global_step}, embeddings, **state)
 
-    finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, **state)
+    loop_state = {"iteration": iteration, "global_step": global_step}  # PQN adapts no value during training
+    finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **state)
 
 
-# ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video ----
-# (every script of the project has its own copy of this part)
+# ======================================================================================================================
+# PLUMBING: flags, run directory, processes, checkpoints, signals, progress, video; no need to read it to follow the
+# algorithm. The blocks marked `# Copied from` are the same in every script: `make lint` keeps them identical to their
+# source (change the source, then run `make fix-copies`).
+# ======================================================================================================================
+def validate_and_derive(args: Args) -> Args:
+    """Check every flag before anything is created (one line, exit 2); fill in the derived values. Not a copy: each
+    script has its own flags."""
+    world_size = os.environ.get("WORLD_SIZE", "1")  # set by torchrun: each process would train the same run on its own
+    copies = f"(which would run {world_size} identical copies); the PPO scripts split one run over torchrun's processes"
+    require(int(world_size) == 1, f"pqn_atari.py runs as one process: start it with python, not torchrun {copies}")
+    require_signs(
+        args,
+        positive="total_timesteps max_episode_steps num_envs num_steps update_epochs num_minibatches lr_reference_envs "
+        "metrics_batch embeddings_per_iteration learning_rate adam_eps max_grad_norm minibatch_size torch_threads",
+        non_negative="checkpoint_interval metrics_interval dormant_tau",
+    )
+    for name in ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction"):
+        require(0 <= getattr(args, name) <= 1, f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    require(
+        not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
+        "--cudagraphs needs --compile and CUDA",
+    )
+    spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
+    require(spec_class == "AtariEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5)")
+    return plan_iterations(args)
+
+
+# Copied from ppo_atari_envpool.fail
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
     sys.exit(2)
 
 
-def parse_args() -> tuple[Args, dict | None]:
-    """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
-    args, checkpoint = tyro.cli(Args), None
-    # Flags that say how to run, not what to learn: on --resume only these come from the command line.
-    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval",
-               "torch_threads", "channels_last", "fused_adam", "reuse_host_memory", "compile", "cudagraphs")  # fmt: skip
-    if args.resume is not None:
-        if not os.path.isfile(args.resume):
-            fail(f"--resume {args.resume!r}: no such checkpoint file")
-        try:
-            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
-        except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
-            fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        if not isinstance(checkpoint, dict) or {*checkpoint.get("args", ()), *runtime} != {f.name for f in fields(Args)}:
-            fail(f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
-        args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
-    return validate_and_derive(args), checkpoint
+# Copied from ppo_atari_envpool.require
+def require(ok: bool, message: str) -> None:
+    """fail(message) unless ok."""
+    if not ok:
+        fail(message)
 
 
-def parse_schedule(text: str) -> list[tuple[float, int, int]]:
-    """'0:8x128,0.5:32x32' -> [(0.0, 8, 128), (0.5, 32, 32)]: from that fraction of the budget on, N_envs x N_RO."""
-    phases = [re.fullmatch(r"(0|0?\.\d+):([1-9]\d*)x([1-9]\d*)", part.strip()) for part in text.split(",")]
-    starts = [float(phase[1]) for phase in phases if phase]
-    if not all(phases) or starts[0] != 0 or starts != sorted(set(starts)):
-        fail(f"--schedule {text!r}: write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0 with increasing fractions "
-             "of the budget below 1 and sizes > 0, e.g. 0:8x128,0.5:32x32,0.8:128x8")  # fmt: skip
-    return [(float(phase[1]), int(phase[2]), int(phase[3])) for phase in phases]
+# Copied from ppo_atari_envpool.require_signs
+def require_signs(args: Args, positive: str, non_negative: str) -> None:
+    """The flags named in `positive` (None allowed: not given) must be > 0, those in `non_negative` >= 0."""
+    for name in positive.split():
+        value = getattr(args, name)
+        require(value is None or value > 0, f"--{name.replace('_', '-')} must be > 0, got {value}")
+    for name in non_negative.split():
+        require(getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
 
 
-def validate_and_derive(args: Args) -> Args:
-    """Check every flag before anything is created (one line, exit 2); fill in the derived values."""
-    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
-    # --minibatch-size and --torch-threads may also be None (not given)
-    positive = ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches",
-                "lr_reference_envs", "metrics_batch", "embeddings_per_iteration", "learning_rate", "adam_eps",
-                "max_grad_norm", "minibatch_size", "torch_threads")  # fmt: skip
-    non_negative = ("checkpoint_interval", "metrics_interval", "dormant_tau")
-    unit_interval = ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction")
-    ranges = ((positive, lambda v: v is None or v > 0, "> 0"), (non_negative, lambda v: v >= 0, ">= 0"),
-              (unit_interval, lambda v: 0 <= v <= 1, "in [0, 1]"))  # fmt: skip
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # set by torchrun: each process would train the same run on its own
-        fail(
-            f"pqn_atari.py runs as one process: start it with python, not torchrun (which would run "
-            f"{os.environ['WORLD_SIZE']} identical copies); the PPO scripts split one run over torchrun's processes"
-        )
-    checks = [(ok(getattr(args, name)), f"{flag(name)} must be {bound}, got {getattr(args, name)}")
-              for names, ok, bound in ranges for name in names]  # fmt: skip
+# Copied from ppo_atari_envpool.plan_iterations
+def plan_iterations(args: Args) -> Args:
+    """The phases of --schedule (or the one phase of --num-envs x --num-steps), checked to split into minibatches and
+    over the processes; the iterations of full batches that fit the budget."""
     phases = parse_schedule(args.schedule) if args.schedule else [(0.0, args.num_envs, args.num_steps)]
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
     for _, num_envs, num_steps in phases:
         batch_size = num_envs * num_steps
         minibatch_size = args.minibatch_size or batch_size // max(args.num_minibatches, 1)
-        checks.append((minibatch_size > 0 and batch_size % minibatch_size == 0,
-                       f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) "
-                       "into equal minibatches"))  # fmt: skip
-    checks += [
-        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
-         "--cudagraphs needs --compile and CUDA"),
-        (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
-         f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
-        (args.total_timesteps >= phases[0][1] * phases[0][2],
-         f"--total-timesteps {args.total_timesteps} is smaller than one batch "
-         f"(num_envs * num_steps = {phases[0][1] * phases[0][2]})"),
-    ]  # fmt: skip
-    for ok, message in checks:
-        if not ok:
-            fail(message)
+        require(
+            minibatch_size > 0 and batch_size % minibatch_size == 0,
+            f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches",
+        )
+        require(
+            num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
+            f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes",
+        )
+    batch_size = phases[0][1] * phases[0][2]
+    require(
+        args.total_timesteps >= batch_size,
+        f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {batch_size})",
+    )
     args.phases = [(int(start * args.total_timesteps), num_envs, num_steps) for start, num_envs, num_steps in phases]
     args.num_envs, args.num_steps = phases[0][1:]
-    args.batch_size, args.planned_steps, args.num_iterations = args.num_envs * args.num_steps, 0, 0
-    batch_at = lambda step: phase_at(args, step)[0] * phase_at(args, step)[1]  # noqa: E731
-    while args.planned_steps + batch_at(args.planned_steps) <= args.total_timesteps:  # the full batches that fit the budget
-        args.planned_steps, args.num_iterations = args.planned_steps + batch_at(args.planned_steps), args.num_iterations + 1
+    args.batch_size, args.planned_steps, args.num_iterations = batch_size, 0, 0
+    while args.planned_steps + (batch_size := phase_at(args, args.planned_steps).batch_size) <= args.total_timesteps:
+        args.planned_steps, args.num_iterations = args.planned_steps + batch_size, args.num_iterations + 1
     return args
 
 
+# Copied from ppo_atari_envpool.parse_schedule
+def parse_schedule(text: str) -> list[tuple[float, int, int]]:
+    """'0:8x128,0.5:32x32' -> [(0.0, 8, 128), (0.5, 32, 32)]: from that fraction of the budget on, N_envs x N_RO."""
+    phases = [re.fullmatch(r"(0|0?\.\d+):([1-9]\d*)x([1-9]\d*)", part.strip()) for part in text.split(",")]
+    starts = [float(phase[1]) for phase in phases if phase]
+    require(
+        all(phases) and starts[0] == 0 and starts == sorted(set(starts)),
+        f"--schedule {text!r}: write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0 with increasing fractions "
+        "of the budget below 1 and sizes > 0, e.g. 0:8x128,0.5:32x32,0.8:128x8",
+    )
+    return [(float(phase[1]), int(phase[2]), int(phase[3])) for phase in phases]
+
+
+# Copied from ppo_atari_envpool.parse_args
+def parse_args() -> tuple[Args, dict | None]:
+    """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
+    args, checkpoint = tyro.cli(Args), None
+    # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
+    runtime = {field.name for field in fields(Args)} & set(
+        "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
+        "channels_last fused_adam reuse_host_memory compile cudagraphs".split()
+    )
+    if args.resume is not None:
+        require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
+        try:
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
+        except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
+            fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
+        ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
+        require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
+        args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
+    return validate_and_derive(args), checkpoint
+
+
+# Copied from ppo_atari_envpool.start_run
 def start_run(args: Args, checkpoint: dict | None):
-    """Seed torch; the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B;
-    SIGTERM (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves."""
+    """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
+    (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
+    the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
+    torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
+        libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)  # trim threshold 1 GiB, mmap threshold 32 MiB
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
+        torch.cuda.set_device(LOCAL_RANK)
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+    elif WORLD_SIZE > 1:
+        dist.init_process_group("gloo")
+    stop_signal: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: stop_signal.append(received))
+    if RANK != 0:
+        return None, SimpleNamespace(add_scalar=lambda *_: None, close=lambda: None), tqdm(disable=True), stop_signal
     if checkpoint:
         run_dir = os.path.dirname(os.path.abspath(args.resume))
     else:
@@ -500,44 +584,47 @@ def start_run(args: Args, checkpoint: dict | None):
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         with open(os.path.join(run_dir, "args.json"), "w") as f:
             json.dump(asdict(args), f, indent=2)
-    torch.manual_seed(args.seed)  # torch draws every random number of training: exploration, minibatches, samples
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
-    if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
-        libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)  # trim threshold 1 GiB, mmap threshold 32 MiB
-    torch.backends.cudnn.deterministic = args.torch_deterministic
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
     if args.track:
         import wandb  # noqa: PLC0415 - optional at run time
 
         name = os.path.basename(run_dir)
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
-                   name=name, id=name, resume="allow", dir=run_dir, save_code=True)  # fmt: skip
+        wandb_run = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=name, id=name, dir=run_dir)
+        wandb.init(**wandb_run, sync_tensorboard=True, config=asdict(args), resume="allow", save_code=True)
     writer = SummaryWriter(run_dir)
     if not checkpoint:
         table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
-    stop_signal: list[int] = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda received, _frame: stop_signal.append(received))
     # Steps, SPS, ETA, recent return: live on a terminal, a plain line every 30 s in a log file.
-    live = sys.stdout.isatty()
     log_lines = SimpleNamespace(write=lambda text: text.strip() and print(text.strip(), flush=True), flush=lambda: None)
-    progress = tqdm(total=args.total_timesteps, initial=checkpoint["global_step"] if checkpoint else 0, unit="step",
-                    unit_scale=True, file=sys.stdout if live else log_lines, mininterval=0.5 if live else 30)  # fmt: skip
+    output = dict(file=sys.stdout, mininterval=0.5) if sys.stdout.isatty() else dict(file=log_lines, mininterval=30)
+    initial = checkpoint["global_step"] if checkpoint else 0
+    progress = tqdm(total=args.total_timesteps, initial=initial, unit="step", unit_scale=True, **output)
     return run_dir, writer, progress, stop_signal
 
 
-def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, embeddings: list, **modules) -> None:
-    """checkpoint.pt (state dicts, counters, RNG states: tensors and plain data for weights_only) and the
-    new embeddings, each written to a temporary file and renamed: a crash never leaves half a file."""
-    if modules:
+# Copied from ppo_atari_envpool.all_ranks_list
+def all_ranks_list(items: list) -> list:
+    """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
+    if not dist.is_initialized():
+        return items
+    gathered = [None] * WORLD_SIZE
+    dist.all_gather_object(gathered, items)
+    return [item for process_items in gathered for item in process_items]
+
+
+# Copied from ppo_atari_envpool.save_checkpoint
+def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list, **modules) -> None:
+    """checkpoint.pt (state dicts, the loop's counters and adapted values, RNG states: tensors and plain data for
+    weights_only) and the new embeddings, each written to a temporary file and renamed: a crash never leaves half a
+    file. Process 0 only."""
+    if modules and RANK == 0:
         # The training device's generator only: the run may resume on a machine with fewer GPUs.
         rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
         state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
         path = os.path.join(run_dir, "checkpoint.pt")
-        torch.save(state | {"iteration": iteration, "global_step": global_step}, f"{path}.tmp")
+        torch.save(state | loop_state, f"{path}.tmp")
         os.replace(f"{path}.tmp", path)
     if embeddings:  # appended to what the run saved before
         path = os.path.join(run_dir, "embeddings.npz")
@@ -547,6 +634,7 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
         embeddings.clear()
 
 
+# Copied from ppo_atari_envpool.restore_checkpoint
 def restore_checkpoint(checkpoint: dict, **modules) -> int:
     """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
     try:
@@ -561,19 +649,29 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     return checkpoint["global_step"]
 
 
-def finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, **modules) -> None:
+# Copied from ppo_atari_envpool.finish_run
+def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **modules) -> None:
     """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
     embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
     progress.close()
-    interrupted = bool(stop_signal) and global_step < args.planned_steps
-    iteration -= interrupted  # the interrupted rollout is not counted
-    checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
-    save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
     writer.close()
+    interrupted = bool(stop_signal) and loop_state["global_step"] < args.planned_steps
+    loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
+    checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
+    save_checkpoint(run_dir, args, loop_state, embeddings, **checkpointed)
+    if dist.is_initialized():  # the summed gradients keep every process's weights identical: check it once
+        gathered = all_ranks_list([torch.cat([tensor.detach().flatten() for tensor in modules["model"].parameters()]).cpu()])
+        same = sum(torch.equal(weights, gathered[0]) for weights in gathered)  # process 0 included
+        if RANK == 0:
+            print(f"weights identical on {same} of {WORLD_SIZE} processes")
+        dist.destroy_process_group()
+    if interrupted and RANK == 0:
+        resume = f"--resume {run_dir}/checkpoint.pt"
+        print(f"stopped by signal {stop_signal[0]} at iteration {loop_state['iteration']}; continue with {resume}")
     if interrupted:
-        path = os.path.join(run_dir, "checkpoint.pt")
-        print(f"stopped by signal {stop_signal[0]} at iteration {iteration}; continue with --resume {path}")
         sys.exit(128 + stop_signal[0])
+    if RANK != 0:
+        return
     if args.save_model:
         path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
         torch.save(modules["model"].state_dict(), f"{path}.tmp")
@@ -581,17 +679,17 @@ def finish_run(run_dir, writer, progress, args, iteration, global_step, embeddin
     if args.capture_video:
         record_video(modules["model"], args, run_dir)
     with open(os.path.join(run_dir, "done.json"), "w") as f:
-        json.dump({"global_step": global_step, "iterations": iteration}, f)
+        json.dump({"global_step": loop_state["global_step"], "iterations": loop_state["iteration"]}, f)
 
 
 @torch.no_grad()
 def record_video(q_network: QNetwork, args: Args, run_dir: str) -> None:
     """One game of the final epsilon-greedy policy (epsilon = --end-e) in EnvPool's Atari (the training
-    preprocessing), rendered to MP4."""
+    preprocessing), rendered to MP4. Not a copy: each script plays its own kind of policy."""
     from moviepy import ImageSequenceClip  # noqa: PLC0415 - only needed here
 
-    env = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, seed=args.seed, max_episode_steps=args.max_episode_steps,
-                       episodic_life=True, reward_clip=True, render_mode="rgb_array")  # fmt: skip
+    options = dict(max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True, render_mode="rgb_array")
+    env = envpool.make(args.env_id, "gymnasium", num_envs=1, seed=args.seed, **options)
     obs, frames, game_return, game_over = env.reset()[0], [], 0.0, False
     q_network.cpu()  # training is over
     while not game_over:

@@ -18,24 +18,22 @@ from conftest import (
 )
 
 import pqn_atari
-from pqn_atari import compute_q_lambda_targets, epsilon_greedy, epsilon_schedule, td_loss
+from pqn_atari import compute_gradients, compute_q_lambda_targets, epsilon_greedy, epsilon_schedule, masked_mean, td_loss
 
 SCRIPT = "pqn_atari.py"
 
 # Every tag of the SPEC that pqn_atari.py writes.
 PQN_TAGS = {
-    "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate", "charts/epsilon",
-    "losses/td_loss", "losses/q_values",
-    "metrics/feature_rank", "metrics/dormant_pct", "metrics/weight_norm", "metrics/grad_kurtosis",
-    "metrics/grad_norm", "metrics/q_mean",
-}  # fmt: skip
+    *(f"charts/{name}" for name in "episodic_return episodic_length SPS learning_rate epsilon".split()),
+    *("losses/td_loss", "losses/q_values"),
+    *(f"metrics/{name}" for name in "feature_rank dormant_pct weight_norm grad_kurtosis grad_norm q_mean".split()),
+}
 
 
 def targets(rewards, next_max_q, terminations, truncations, valid, gamma=0.5, q_lambda=0.5):
     """Columns are environments: each argument is a list of rows (T, N)."""
-    table = lambda xs: torch.tensor(xs, dtype=torch.float32)  # noqa: E731
-    return compute_q_lambda_targets(table(rewards), table(next_max_q), table(terminations), table(truncations),
-                                    table(valid), gamma, q_lambda)  # fmt: skip
+    rows = [torch.tensor(xs, dtype=torch.float32) for xs in (rewards, next_max_q, terminations, truncations, valid)]
+    return compute_q_lambda_targets(*rows, gamma, q_lambda)
 
 
 # --------------------------------------------------------------------------------------
@@ -53,9 +51,9 @@ def test_q_lambda_targets_termination_and_reset_step():
     #   t=2 (last row): 2 + 0.5 * maxQ(next_obs)=4 = 4
     #   t=1: 0 + 0.5 * (0.5 * 4 + 0.5 * 4) = 2
     #   t=0: 1 + 0.5 * (0.5 * 6 + 0.5 * 2) = 3
-    result = targets(rewards=[[1, 1], [2, 0], [0, 2]], next_max_q=[[4, 6], [8, 4], [6, 4]],
-                     terminations=[[0, 0], [1, 0], [0, 0]], truncations=[[0, 0], [0, 0], [0, 0]],
-                     valid=[[1, 1], [1, 1], [0, 1]])  # fmt: skip
+    rewards, next_max_q = [[1, 1], [2, 0], [0, 2]], [[4, 6], [8, 4], [6, 4]]
+    terminations, truncations, valid = [[0, 0], [1, 0], [0, 0]], [[0, 0], [0, 0], [0, 0]], [[1, 1], [1, 1], [0, 1]]
+    result = targets(rewards, next_max_q, terminations, truncations, valid)
     assert result[:, 0].tolist() == pytest.approx([2.5, 2.0, 0.0])
     assert result[:, 1].tolist() == pytest.approx([3.0, 2.0, 4.0])
 
@@ -66,8 +64,8 @@ def test_q_lambda_targets_truncation_bootstraps_from_the_last_observation():
     #   t=1: 2 + 0.5 * 8 = 6 (full bootstrap, no lambda continuation into the reset step;
     #        with one it would be 2 + 0.5 * (0.5 * 8 + 0.5 * 0) = 4)
     #   t=0: 1 + 0.5 * (0.5 * 4 + 0.5 * 6) = 3.5
-    result = targets(rewards=[[1], [2], [0]], next_max_q=[[4], [8], [6]], terminations=[[0], [0], [0]],
-                     truncations=[[0], [1], [0]], valid=[[1], [1], [0]])  # fmt: skip
+    no_termination, truncation_at_1, reset_at_2 = [[0], [0], [0]], [[0], [1], [0]], [[1], [1], [0]]
+    result = targets([[1], [2], [0]], [[4], [8], [6]], no_termination, truncation_at_1, reset_at_2)
     assert result[:, 0].tolist() == pytest.approx([3.5, 6.0, 0.0])
     # A truncation in the last row bootstraps from max_a Q(next_obs), the real last observation.
     result = targets(rewards=[[1]], next_max_q=[[8]], terminations=[[0]], truncations=[[1]], valid=[[1]])
@@ -114,15 +112,38 @@ def test_epsilon_greedy_is_greedy_at_zero_and_uniform_at_one():
 
 
 def test_td_loss_hand_computed_and_ignores_masked_entries():
-    loss, stats = td_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0]), torch.ones(2))
+    loss, stats = td_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0]), torch.ones(2), torch.tensor(2.0))
     assert loss.item() == pytest.approx(0.5 * (1.0 + 4.0) / 2)
     assert stats["q_values"].item() == pytest.approx(2.0)
     q_taken = torch.tensor([1.0, 50.0], requires_grad=True)
-    masked, stats = td_loss(q_taken, torch.tensor([0.0, -9.0]), torch.tensor([1.0, 0.0]))
+    masked, stats = td_loss(q_taken, torch.tensor([0.0, -9.0]), torch.tensor([1.0, 0.0]), torch.tensor(1.0))
     assert masked.item() == pytest.approx(0.5)  # only the first entry counts
     assert stats["q_values"].item() == pytest.approx(1.0)
     masked.backward()
     assert q_taken.grad.tolist() == pytest.approx([1.0, 0.0])  # no gradient through the masked entry
+
+
+def test_masked_mean_divides_by_the_count_it_is_given_and_compute_gradients_passes_the_minibatch_count():
+    """masked_mean is ppo_atari_envpool's: it divides by the count it is given (under torchrun, the count over every
+    process). pqn_atari.py runs as one process, so compute_gradients passes the count of the minibatch's real
+    transitions (at least 1: an all-reset minibatch has loss 0, not NaN)."""
+    x, mask = torch.tensor([1.0, 2.0, 30.0]), torch.tensor([1.0, 1.0, 0.0])
+    assert masked_mean(x, mask, torch.tensor(2.0)).item() == pytest.approx(1.5)
+    assert masked_mean(x, mask, torch.tensor(4.0)).item() == pytest.approx(0.75)  # a share of a mean over 4 entries
+    torch.manual_seed(0)
+    q_network = pqn_atari.QNetwork(num_actions=3)
+    obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
+    minibatch = {"obs": obs, "actions": torch.tensor([0, 1, 2, 1]), "targets": torch.tensor([0.5, -1.0, 2.0, 9.0])}
+    minibatch["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    with torch.no_grad():
+        q_taken = q_network(obs)[torch.arange(4), minibatch["actions"]]
+    real = minibatch["valid"].bool()
+    stats = compute_gradients(q_network, minibatch)
+    assert stats["td_loss"].item() == pytest.approx(0.5 * (q_taken - minibatch["targets"])[real].square().mean().item())
+    assert stats["q_values"].item() == pytest.approx(q_taken[real].mean().item())
+    assert all(p.grad is not None for p in q_network.parameters())
+    stats = compute_gradients(q_network, minibatch | {"valid": torch.zeros(4)})
+    assert stats["td_loss"].item() == 0.0 and stats["q_values"].item() == 0.0
 
 
 def test_q_network_layernorm_before_every_hidden_relu():
@@ -160,9 +181,9 @@ def test_layernorm_chw_on_an_nhwc_activation_equals_layernorm_on_nchw():
 
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
-    result = run_script(SCRIPT, *tiny_ppo_flags, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3",
-                        "--exploration-fraction", "0.5", "--save-model", "--save-embeddings",
-                        "--embeddings-per-iteration", "10", "--capture-video")  # fmt: skip
+    artifacts = ["--save-model", "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video"]
+    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--exploration-fraction", "0.5"]
+    result = run_script(SCRIPT, *flags, *artifacts)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir).startswith("Breakout-v5__pqn_atari__1__")
@@ -192,9 +213,9 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
 
 def test_seeded_runs_are_reproducible_and_a_schedule_changes_the_pool_at_each_phase(tmp_path, tiny_ppo_flags):
     logged = []
+    flags = [*tiny_ppo_flags, "--seed", "3", "--schedule", "0:2x16,0.5:4x8", "--lr-scaling", "linear"]
     for name in ("a", "b"):
-        result = run_script(SCRIPT, *tiny_ppo_flags, "--seed", "3", "--schedule", "0:2x16,0.5:4x8", "--lr-scaling", "linear",
-                            "--runs-dir", str(tmp_path / name))  # fmt: skip
+        result = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path / name))
         assert result.returncode == 0, result.stderr
         logged.append(read_scalars(only_run_dir(tmp_path / name)))
     for tag in ("losses/td_loss", "losses/q_values", "metrics/grad_kurtosis", "metrics/q_mean"):
@@ -216,8 +237,8 @@ def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
     # TD losses of about 1e-3: inductor's kernels round differently and, by the third iteration, differ by up to 4e-6
     # (0.3 %) on some CPUs; 1e-5 absolute still tells a different update from rounding.
-    check_same_losses(monkeypatch, tmp_path, pqn_atari, flags, {"compiled": ["--compile"]},
-                      ("losses/td_loss", "losses/q_values"), abs_tolerance=1e-5)  # fmt: skip
+    tags = ("losses/td_loss", "losses/q_values")
+    check_same_losses(monkeypatch, tmp_path, pqn_atari, flags, {"compiled": ["--compile"]}, tags, abs_tolerance=1e-5)
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
@@ -294,9 +315,8 @@ def test_resume_rejects_a_file_that_is_not_a_pqn_checkpoint(tmp_path, monkeypatc
     ppo_checkpoint = tmp_path / "ppo_checkpoint.pt"  # another script's flags (gae_lambda) do not fit Args
     torch.save({"args": {"gae_lambda": 0.95}, "model": {}, "optimizer": {}, "iteration": 1, "rng": {}}, ppo_checkpoint)
     (tmp_path / "junk.pt").write_text("not a checkpoint")
-    for path, fragment in ((model_only, "is not a checkpoint.pt of pqn_atari.py"),
-                           (ppo_checkpoint, "is not a checkpoint.pt of pqn_atari.py"),
-                           (tmp_path / "junk.pt", "not a readable checkpoint")):  # fmt: skip
+    not_ours = "is not a checkpoint.pt of pqn_atari.py"
+    for path, fragment in ((model_only, not_ours), (ppo_checkpoint, not_ours), (tmp_path / "junk.pt", "not a readable")):
         assert fragment in usage_error(pqn_atari.main, monkeypatch, capsys, [SCRIPT, "--resume", str(path)])
 
 
@@ -313,7 +333,8 @@ def test_bad_flags_from_the_shell(tmp_path, flags):
 def test_minibatch_size_and_lr_scaling_derive_the_rest():
     derive = lambda **flags: pqn_atari.validate_and_derive(pqn_atari.Args(runs_dir="/tmp", **flags))  # noqa: E731
     args = derive(num_envs=32, num_steps=16, minibatch_size=64, lr_scaling="sqrt", anneal_lr=False)
-    assert args.batch_size == 512 and pqn_atari.phase_at(args, 0) == (32, 16, 64)
+    assert args.batch_size == 512 and pqn_atari.phase_at(args, 0) == pqn_atari.Phase(32, 16, 64)
+    assert pqn_atari.phase_at(args, 0).batch_size == 512
     assert pqn_atari.learning_rate(args, 32, 5000) == pytest.approx(2.5e-4 * 2)  # k = 32 / 8 = 4
     args = derive(num_envs=16, lr_scaling="linear")
     assert pqn_atari.phase_at(args, 0) == (16, 128, 2048 // 4)
@@ -323,3 +344,15 @@ def test_minibatch_size_and_lr_scaling_derive_the_rest():
     assert pqn_atari.learning_rate(derive(num_envs=16, lr_scaling="inverse"), 16, 0) == pytest.approx(1.25e-4)
     args = derive(total_timesteps=1000, schedule="0:2x16,0.5:4x16")  # 16 batches of 32 to step 512, then 7 of 64
     assert args.phases == [(0, 2, 16), (500, 4, 16)] and args.num_iterations == 23 and args.planned_steps == 960
+
+
+def test_a_checkpoint_holds_the_loop_state_and_restores_the_modules(tmp_path, capsys):
+    """save_checkpoint and restore_checkpoint are ppo_atari_envpool's: the loop's counters come as a `loop_state` dict
+    (PQN adapts no value during training, so it holds the iteration and the global step only)."""
+    layer = torch.nn.Linear(2, 2)
+    pqn_atari.save_checkpoint(str(tmp_path), pqn_atari.Args(), {"iteration": 3, "global_step": 96}, [], model=layer)
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert checkpoint["iteration"] == 3 and checkpoint["global_step"] == 96 and checkpoint["args"]["q_lambda"] == 0.65
+    restored = torch.nn.Linear(2, 2)
+    assert pqn_atari.restore_checkpoint(checkpoint, model=restored) == 96
+    assert torch.equal(restored.weight, layer.weight) and "resumed at iteration 4 (global step 96)" in capsys.readouterr().out
