@@ -2,6 +2,7 @@
 
     python .ci/check_copies.py        # each copy that differs: its file, line, block and a diff; exit 1
     python .ci/check_copies.py --fix  # rewrite those copies from their sources (`make fix-copies`)
+    python .ci/check_copies.py --fix pqn_atari.py  # only the copies in the scripts named
 
 Every script stands alone, so plumbing is copied between scripts (the single-file policy of Hugging Face
 transformers, whose utils/check_copies.py checks the same kind of marker). A copy is a top-level function or class
@@ -46,12 +47,15 @@ def renamed(lines: list[str], renames: str | None) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-def check(root: Path, fix: bool) -> int:
-    """Check (or fix) every copy in the scripts at the top of `root`; print a line per problem; the number of problems."""
+def check(root: Path, fix: bool, only: list[str] | None = None) -> int:
+    """Check (or fix) every copy in the scripts at the top of `root` (or in those named in `only`); print a line per
+    problem; the number of problems."""
     sources = {path.stem: path.read_text().splitlines(keepends=True) for path in sorted(root.glob("*.py"))}
     blocks = {name: top_level_blocks(lines) for name, lines in sources.items()}
     problems, copies = 0, 0
     for script, lines in sources.items():
+        if only and f"{script}.py" not in only:
+            continue
         starts = {start: name for name, (start, _) in blocks[script].items()}
         replacements = []  # (start, end, expected lines) of the copies that differ
         for index, line in enumerate(lines):
@@ -92,5 +96,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fix", action="store_true", help="rewrite the copies that differ from their source")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent, help="the repository")
+    parser.add_argument("scripts", nargs="*", help="only the copies in these scripts (file names; default: all)")
     options = parser.parse_args()
-    sys.exit(1 if check(options.root, options.fix) else 0)
+    sys.exit(1 if check(options.root, options.fix, [Path(name).name for name in options.scripts]) else 0)

@@ -137,11 +137,11 @@ def test_ppo_advantages_update_and_metrics_on_the_gpu(module):
     rollout = [torch.zeros(5, 8, device=GPU) for _ in range(5)]  # rewards, values, terminations, truncations, valid
     minibatch = categorical_minibatch(obs_shape=obs_shape)
     extra = (agent.__class__(6, True).to(GPU).requires_grad_(False),) if module is ppo_ewma_atari else ()
-    clip_coef = (torch.tensor(0.1, device=GPU),) if module is not ppo_procgen else ()
+    clip_coef = (torch.tensor(0.1, device=GPU),) if module is not ppo_procgen else ()  # the adapted clip is a tensor
     with HostSyncs() as syncs:
         module.compute_gae(*rollout, torch.zeros(8, device=GPU), 0.99, 0.95)
-        minibatch |= module.minibatch_statistics(minibatch)
-        stats = module.minibatch_backward(agent, *extra, minibatch, args, *clip_coef)
+        statistics = module.minibatch_statistics(minibatch)
+        stats = module.compute_gradients(agent, *extra, minibatch, statistics, args, *clip_coef)
         module.all_ranks_sum_gradients(agent.parameters())
         torch.nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
     assert syncs.calls == [] and set(stats) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"}
@@ -159,7 +159,7 @@ def test_pqn_targets_update_and_metrics_on_the_gpu():
                  "targets": torch.zeros(16, device=GPU), "valid": torch.zeros(16, device=GPU)}  # fmt: skip
     with HostSyncs() as syncs:
         pqn_atari.compute_q_lambda_targets(*rollout, 0.99, 0.65)
-        pqn_atari.minibatch_backward(q_network, minibatch)
+        pqn_atari.compute_gradients(q_network, minibatch)
         torch.nn.utils.clip_grad_norm_(q_network.parameters(), 10.0)
     assert syncs.calls == []
     with HostSyncs():
@@ -177,7 +177,8 @@ def test_rnd_advantages_update_and_metrics_on_the_gpu():
     with HostSyncs() as syncs:
         ppo_rnd_atari.compute_gae(*rollout, torch.zeros(8, device=GPU), 0.99, 0.95)
         ppo_rnd_atari.compute_intrinsic_gae(rollout[0], rollout[1], rollout[4], torch.zeros(8, device=GPU), 0.99, 0.95)
-        ppo_rnd_atari.minibatch_backward(agent, rnd, obs_rms, minibatch, ppo_rnd_atari.Args())
+        statistics = ppo_rnd_atari.minibatch_statistics(minibatch)
+        ppo_rnd_atari.compute_gradients(agent, rnd, obs_rms, minibatch, statistics, ppo_rnd_atari.Args())
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
     assert syncs.calls == []
     with HostSyncs():
@@ -191,8 +192,8 @@ def test_continuous_advantages_update_and_metrics_on_the_gpu():
                  **{name: torch.zeros(16, device=GPU) for name in ("logprobs", "values", "advantages", "returns", "valid")}}  # fmt: skip
     with HostSyncs() as syncs:
         ppo_isaacgym.compute_gae(*(torch.zeros(5, 8, device=GPU) for _ in range(5)), torch.zeros(8, device=GPU), 0.99, 0.95)
-        minibatch |= ppo_isaacgym.minibatch_statistics(minibatch)
-        ppo_isaacgym.minibatch_backward(agent, minibatch, ppo_isaacgym.Args())
+        statistics = ppo_isaacgym.minibatch_statistics(minibatch)
+        ppo_isaacgym.compute_gradients(agent, minibatch, statistics, ppo_isaacgym.Args())
         torch.nn.utils.clip_grad_norm_(agent.parameters(), 1.0)
     assert syncs.calls == []
     means, stds = torch.zeros(16, 2, device=GPU), torch.ones(16, 2, device=GPU)
@@ -275,10 +276,10 @@ def test_collectives_per_minibatch_and_per_normaliser_update(module, monkeypatch
         minibatch = {"obs": torch.zeros((8, 3, 64, 64) if module is ppo_procgen else (8, 4, 84, 84), dtype=torch.uint8),
                      "actions": torch.zeros(8, dtype=torch.long)}  # fmt: skip
     minibatch |= {name: torch.rand(8) for name in ("logprobs", "values", "advantages", "returns")} | {"valid": torch.ones(8)}
-    minibatch |= module.minibatch_statistics(minibatch)
+    statistics = module.minibatch_statistics(minibatch)
     assert collectives == [(3,)]
     extra = (torch.tensor(0.1),) if module is ppo_atari_envpool else ()
-    module.minibatch_backward(agent, minibatch, module.Args(), *extra)
+    module.compute_gradients(agent, minibatch, statistics, module.Args(), *extra)
     assert collectives == [(3,)]
     module.all_ranks_sum_gradients(agent.parameters())
     assert collectives[1:] == [(sum(p.numel() for p in agent.parameters()),)]
@@ -303,7 +304,7 @@ def test_checkpoint_keeps_the_training_gpus_random_state_and_resumes_with_fewer_
                   "rng": {"torch": torch.get_rng_state(), "cuda": eight_gpus}}  # fmt: skip
     assert module.restore_checkpoint(checkpoint, model=layer) == 96
     assert len(restored) == 1 and torch.equal(restored[0], eight_gpus[0])
-    module.save_checkpoint(str(tmp_path), module.Args(), 1, 32, [], model=layer)
+    module.save_checkpoint(str(tmp_path), module.Args(), {"iteration": 1, "global_step": 32}, [], model=layer)
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert len(saved["rng"]["cuda"]) == 1 and saved["rng"]["cuda"][0].tolist() == [7] * 16
 
