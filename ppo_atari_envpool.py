@@ -484,6 +484,10 @@ def main() -> None:
             if args.target_kl is not None and all_ranks_sum(minibatch_stats[-1]["approx_kl"]) > args.target_kl:
                 break
 
+        # Atari's frames are uint8: what could hold a NaN or inf is the rewards and what the update computed
+        losses_and_norms = torch.stack([value for stats in minibatch_stats for value in stats.values()] + grad_norms)
+        stop_if_not_finite(run_dir, iteration, global_step, rewards=rollout["rewards"], losses_or_gradients=losses_and_norms)
+
         # ==== MEASURE AND LOG ====
         valid, batch_size = batch["valid"].bool(), phase.batch_size
         charts = {"learning_rate": optimizer.param_groups[0]["lr"], "num_envs": phase.num_envs, "clip_coef": clip_coef}
@@ -746,6 +750,22 @@ def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list
         np.savez_compressed(buffer, **{key: np.concatenate([chunk[key] for chunk in chunks]) for key in chunks[0]})
         write_atomically(path, buffer.getvalue())
         embeddings.clear()
+
+
+def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **values: torch.Tensor) -> None:
+    """A NaN or inf in any of `values` (tensors on the training device: one host-device sync for all) ends the run with
+    one line naming them, before a checkpoint can keep weights that it reached; the last checkpoint stays; exit 1."""
+    finite = torch.stack([value.isfinite().all() for value in values.values()]).tolist()
+    if not all(finite):
+        names = " and ".join(name for name, ok in zip(values, finite, strict=True) if not ok)
+        checkpoint = os.path.join(run_dir or "", "checkpoint.pt")
+        kept = (
+            f"; the last checkpoint is unchanged: {checkpoint}"
+            if os.path.isfile(checkpoint)
+            else "; no checkpoint was written"
+        )
+        sys.stderr.write(f"error: non-finite {names} at iteration {iteration} (global step {global_step:,}){kept}\n")
+        sys.exit(1)
 
 
 def write_atomically(path: str, data: bytes) -> None:

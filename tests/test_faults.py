@@ -217,3 +217,41 @@ def test_a_run_killed_after_an_unsaved_iteration_resumes_with_one_point_per_step
     for tag in ("losses/policy_loss", "charts/learning_rate", "charts/episodic_return"):
         steps = [step for step, _ in scalars[tag]]
         assert steps == sorted(steps) and (tag == "charts/episodic_return" or len(set(steps)) == len(steps) == 20), tag
+
+
+def test_a_nan_reward_stops_the_run_with_one_line_before_a_checkpoint_keeps_it(tmp_path, monkeypatch, capsys):
+    """EnvPool hands back a NaN reward on the 6th step of iteration 4: the run stops after that iteration's update with
+    one line (exit 1), and the checkpoint of iteration 2 stays the last one, with finite weights."""
+    import numpy as np
+
+    import ppo_atari_envpool
+
+    make, steps = ppo_atari_envpool.envpool.make, []
+
+    class NanOnce:
+        def __init__(self, envs):
+            self.envs = envs
+
+        def __getattr__(self, name):
+            return getattr(self.envs, name)
+
+        def step(self, action):
+            obs, reward, terminated, truncated, info = self.envs.step(action)
+            steps.append(None)
+            if len(steps) == 3 * 16 + 6:
+                reward = np.where(np.arange(len(reward)) == 1, np.nan, reward)
+            return obs, reward, terminated, truncated, info
+
+    monkeypatch.setattr(ppo_atari_envpool.envpool, "make", lambda *args, **kwargs: NanOnce(make(*args, **kwargs)))
+    flags = [*TINY, "--total-timesteps", "256", "--checkpoint-interval", "2", "--runs-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [SCRIPT, *flags])
+    with pytest.raises(SystemExit) as exited:
+        ppo_atari_envpool.main()
+    assert exited.value.code == 1
+    run_dir = only_run_dir(tmp_path)
+    assert capsys.readouterr().err.splitlines() == [
+        "error: non-finite rewards and losses_or_gradients at iteration 4 (global step 128); the last checkpoint is "
+        f"unchanged: {run_dir}/checkpoint.pt"
+    ]
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert checkpoint["iteration"] == 2 and all(weights.isfinite().all() for weights in checkpoint["model"].values())
