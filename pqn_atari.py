@@ -63,15 +63,17 @@ class Args:
     """N_envs x N_RO by fraction of the budget instead, e.g. 0:8x128,0.5:32x32,0.8:128x8 (each phase a new EnvPool pool)"""
     # The algorithm
     learning_rate: float = 2.5e-4
-    """Adam learning rate (before --lr-scaling)"""
+    """learning rate (before --lr-scaling)"""
     lr_scaling: Literal["none", "sqrt", "linear", "inverse"] = "none"
     """multiply the LR by sqrt(k), k or 1/k with k = num_envs / lr_reference_envs (paper Fig. 11)"""
     lr_reference_envs: int = 8
     """num_envs at which --lr-scaling leaves the LR unchanged"""
     anneal_lr: bool = True
     """anneal the LR linearly to 0 over training"""
+    optimizer: Literal["radam", "adam"] = "radam"
+    """RAdam, as CleanRL's pqn_atari_envpool.py, the PQN the paper ran (its footnote 2); adam: this script's older runs"""
     adam_eps: float = 1e-8
-    """Adam epsilon"""
+    """epsilon of RAdam or Adam (1e-8: RAdam's default in torch, as CleanRL; the paper's Table 1)"""
     gamma: float = 0.99
     """discount factor"""
     q_lambda: float = 0.65
@@ -130,7 +132,7 @@ class Args:
     channels_last: bool = True
     """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
     fused_adam: bool = True
-    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    """Adam's update of all parameters as one fused kernel (with --optimizer adam; torch's RAdam has no fused kernel)"""
     reuse_host_memory: bool = True
     """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
     compile: bool = False
@@ -180,7 +182,7 @@ class QNetwork(nn.Module):
         super().__init__()
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.encoder = nature_cnn_layernorm()
-        self.head = layer_init(nn.Linear(512, num_actions), std=1.0)
+        self.head = layer_init(nn.Linear(512, num_actions))  # gain sqrt(2), layer_init's default: as CleanRL's PQN
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here (in place), after the (4x smaller) layout."""
@@ -241,8 +243,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> tor
 
 
 def td_loss(q_taken, targets, mask, count) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """0.5 * mean (Q(s, a) - G)^2 over one minibatch: `count` is the number of entries with mask 1, the others do not count."""
-    loss = 0.5 * masked_mean((q_taken - targets).square(), mask, count)
+    """mean (Q(s, a) - G)^2 over one minibatch, F.mse_loss as in CleanRL's PQN (no factor 0.5): `count` is the number of
+    entries with mask 1, the others do not count."""
+    loss = masked_mean((q_taken - targets).square(), mask, count)
     return loss, {"td_loss": loss.detach(), "q_values": masked_mean(q_taken.detach(), mask, count)}
 
 
@@ -335,7 +338,10 @@ def main() -> None:
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     q_network = QNetwork(envpool.make_spec(args.env_id).action_space.n, args.channels_last).to(device)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam)
+    if args.optimizer == "radam":  # torch's RAdam has no fused kernel: its foreach kernels instead
+        optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, foreach=True)
+    else:
+        optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     # Only the forward pass: epsilon_greedy stays eager, as compiled code draws other random numbers than eager torch.
     act, update = q_network, compute_gradients
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs

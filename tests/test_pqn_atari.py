@@ -2,10 +2,12 @@
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import (
     check_run_artifacts,
     check_same_losses,
@@ -113,14 +115,15 @@ def test_epsilon_greedy_is_greedy_at_zero_and_uniform_at_one():
 
 def test_td_loss_hand_computed_and_ignores_masked_entries():
     loss, stats = td_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0]), torch.ones(2), torch.tensor(2.0))
-    assert loss.item() == pytest.approx(0.5 * (1.0 + 4.0) / 2)
+    assert loss.item() == pytest.approx((1.0 + 4.0) / 2)  # F.mse_loss's mean square, as CleanRL's PQN
+    assert loss.item() == pytest.approx(F.mse_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0])).item())
     assert stats["q_values"].item() == pytest.approx(2.0)
     q_taken = torch.tensor([1.0, 50.0], requires_grad=True)
     masked, stats = td_loss(q_taken, torch.tensor([0.0, -9.0]), torch.tensor([1.0, 0.0]), torch.tensor(1.0))
-    assert masked.item() == pytest.approx(0.5)  # only the first entry counts
+    assert masked.item() == pytest.approx(1.0)  # only the first entry counts
     assert stats["q_values"].item() == pytest.approx(1.0)
     masked.backward()
-    assert q_taken.grad.tolist() == pytest.approx([1.0, 0.0])  # no gradient through the masked entry
+    assert q_taken.grad.tolist() == pytest.approx([2.0, 0.0])  # no gradient through the masked entry
 
 
 def test_masked_mean_divides_by_the_count_it_is_given_and_compute_gradients_passes_the_minibatch_count():
@@ -139,7 +142,7 @@ def test_masked_mean_divides_by_the_count_it_is_given_and_compute_gradients_pass
         q_taken = q_network(obs)[torch.arange(4), minibatch["actions"]]
     real = minibatch["valid"].bool()
     stats = compute_gradients(q_network, minibatch)
-    assert stats["td_loss"].item() == pytest.approx(0.5 * (q_taken - minibatch["targets"])[real].square().mean().item())
+    assert stats["td_loss"].item() == pytest.approx((q_taken - minibatch["targets"])[real].square().mean().item())
     assert stats["q_values"].item() == pytest.approx(q_taken[real].mean().item())
     assert all(p.grad is not None for p in q_network.parameters())
     stats = compute_gradients(q_network, minibatch | {"valid": torch.zeros(4)})
@@ -356,3 +359,23 @@ def test_a_checkpoint_holds_the_loop_state_and_restores_the_modules(tmp_path, ca
     restored = torch.nn.Linear(2, 2)
     assert pqn_atari.restore_checkpoint(checkpoint, model=restored) == 96
     assert torch.equal(restored.weight, layer.weight) and "resumed at iteration 4 (global step 96)" in capsys.readouterr().out
+
+
+def test_cleanrls_pqn_choices_are_the_defaults_and_adam_stays_reachable(tmp_path, monkeypatch):
+    """CleanRL's pqn_atari_envpool.py (the PQN of the paper, footnote 2): RAdam with torch's eps 1e-8, a Q head
+    initialised with orthogonal gain sqrt(2), F.mse_loss (tested above). --optimizer adam keeps the older runs' Adam."""
+    torch.manual_seed(0)
+    head = pqn_atari.QNetwork(num_actions=6).head.weight.detach().double()
+    # an orthogonal (6, 512) matrix with gain g has orthonormal rows scaled by g: W W^T = g^2 I
+    torch.testing.assert_close(head @ head.T, 2.0 * torch.eye(6, dtype=torch.float64), atol=1e-5, rtol=0)
+    made = []
+    for name in ("RAdam", "Adam"):  # record which optimizer main() makes, with which epsilon
+        real = getattr(torch.optim, name)
+        monkeypatch.setattr(
+            torch.optim, name, lambda *a, real=real, **kw: made.append((real.__name__, kw["eps"])) or real(*a, **kw)
+        )
+    tiny = ["--no-cuda", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "32", "--metrics-interval", "0"]
+    for flags in ([], ["--optimizer", "adam"]):
+        monkeypatch.setattr(sys, "argv", ["pqn_atari.py", *tiny, "--runs-dir", str(tmp_path / str(len(made))), *flags])
+        pqn_atari.main()
+    assert made == [("RAdam", 1e-8), ("Adam", 1e-8)]
