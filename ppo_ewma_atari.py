@@ -2,13 +2,11 @@
 
     python ppo_ewma_atari.py --env-id Breakout-v5 --ewma-com 8
 
-PPO-EWMA (Hilton et al. 2022, "Batch size-invariance for policy optimization"; Beukman et al. 2026
-Sec. 2.2, eq. 4) decouples PPO's two uses of the behaviour policy: the behaviour policy still corrects
-for off-policyness (importance weight pi_prox / pi_behavior), but the clipping regularises towards a
-*proximal* policy, an exponentially weighted moving average of the weights over optimizer steps whose
-centre of mass (`--ewma-com`) sets how old the reference is, independently of how the data was collected.
-Everything else is ppo_atari_envpool.py (same defaults, flags, tags, metrics, checkpoints, `--resume`
-and torchrun, `--schedule`, `--target-ddr`), plus `metrics/kl_prox` and `--adapt ewma-com` (the DDR sets the centre of mass).
+PPO-EWMA (Hilton et al. 2022; Beukman et al. 2026 Sec. 2.2, eq. 4) decouples PPO's two uses of the behaviour policy:
+it still corrects for off-policyness (importance weight pi_prox / pi_behavior), but the clipping regularises towards a
+*proximal* policy, an EWMA of the weights over optimizer steps whose centre of mass (`--ewma-com`) sets how old the
+reference is, independently of how the data was collected. Everything else is ppo_atari_envpool.py, plus
+`metrics/kl_prox` and `--adapt ewma-com` (the DDR sets the centre of mass).
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields
 from types import SimpleNamespace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import envpool
 import numpy as np
@@ -45,46 +43,11 @@ WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment (part of the run directory name)"""
-    seed: int = 1
-    """seed of the experiment (torch and the environments)"""
-    torch_deterministic: bool = True
-    """set `torch.backends.cudnn.deterministic`"""
-    cuda: bool = True
-    """use CUDA when available (falls back to the CPU with a notice)"""
-    track: bool = False
-    """also log to Weights & Biases (TensorBoard is always written; WANDB_MODE=offline works)"""
-    wandb_project_name: str = "parallel-data-collection"
-    """the Weights & Biases project"""
-    wandb_entity: str | None = None
-    """the Weights & Biases entity (team)"""
-    capture_video: bool = False
-    """after training, record one evaluation game of the final policy to runs/.../videos/"""
-    runs_dir: str = "runs"
-    """folder that holds the run directories"""
-    save_model: bool = False
-    """save the final model to runs/.../{exp_name}.cleanrl_model"""
-    checkpoint_interval: int = 0
-    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
-    resume: str | None = None
-    """path of a checkpoint.pt to continue from (its run's flags are used)"""
-    # Speed (none of these changes what is learned, up to float rounding)
-    torch_threads: int | None = None
-    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
-    channels_last: bool = True
-    """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
-    fused_adam: bool = True
-    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
-    reuse_host_memory: bool = True
-    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
-    compile: bool = False
-    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
-    cudagraphs: bool = False
-    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
-    # Environment
+    # The study: environment and data collection
     env_id: str = "Breakout-v5"
     """EnvPool Atari task id"""
+    seed: int = 1
+    """seed of the experiment (torch and the environments)"""
     total_timesteps: int = 10_000_000
     """total environment steps (the paper uses 100M)"""
     max_episode_steps: int = 27_000
@@ -95,7 +58,7 @@ class Args:
     """N_RO: rollout length per environment and iteration"""
     schedule: str | None = None
     """N_envs x N_RO by fraction of the budget instead, e.g. 0:8x128,0.5:32x32,0.8:128x8 (each phase a new EnvPool pool)"""
-    # Optimisation
+    # The algorithm
     learning_rate: float = 2.5e-4
     """Adam learning rate (before --lr-scaling)"""
     lr_scaling: Literal["none", "sqrt", "linear", "inverse"] = "none"
@@ -119,7 +82,11 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_coef: float = 0.1
-    """PPO surrogate clipping epsilon"""
+    """PPO surrogate clipping epsilon (the first one, with --target-ddr)"""
+    ewma_com: float = 8.0
+    """centre of mass of the proximal-policy EWMA in optimizer steps; beta = com / (com + 1)"""
+    importance_weight_cap: float = 100.0
+    """cap on the importance weight pi_prox / pi_behavior (Hilton et al. 2022)"""
     clip_vloss: bool = True
     """clip the value loss around the old values"""
     ent_coef: float = 0.01
@@ -134,10 +101,10 @@ class Args:
     """adapt --clip-coef (or --ewma-com: --adapt) every iteration so that the DDR, batch / KL, tracks this (Beukman 2026)"""
     target_ddr_final: float | None = None
     """with --target-ddr: the target grows geometrically to this value by the end of training (Beukman: DDR must increase)"""
-    adapt_rate: float = 0.1
-    """with --target-ddr: clip_coef *= (DDR / target) ** adapt_rate after every iteration (ewma_com: ** -adapt_rate)"""
     adapt: Literal["clip-coef", "ewma-com"] = "clip-coef"
     """with --target-ddr: what follows the DDR: the clip epsilon, or the proximal's centre of mass (older: smaller step)"""
+    adapt_rate: float = 0.1
+    """with --target-ddr: clip_coef *= (DDR / target) ** adapt_rate after every iteration (ewma_com: ** -adapt_rate)"""
     clip_coef_bounds: tuple[float, float] = (0.01, 0.5)
     """with --target-ddr: the adapted clip_coef stays in [low, high]"""
     ewma_com_bounds: tuple[float, float] = (0.5, 512.0)
@@ -146,10 +113,6 @@ class Args:
     """with --target-ddr: states for the KL of the iterations without metrics (those use the metrics batch)"""
     separate_networks: bool = False
     """actor and critic get their own Nature-CNN encoder (paper Fig. 5)"""
-    ewma_com: float = 8.0
-    """centre of mass of the proximal-policy EWMA in optimizer steps; beta = com / (com + 1)"""
-    importance_weight_cap: float = 100.0
-    """cap on the importance weight pi_prox / pi_behavior (Hilton et al. 2022)"""
     # Metrics
     metrics_interval: int = 10
     """compute the metrics/ tags every this many iterations and on the last (0: never)"""
@@ -161,6 +124,42 @@ class Args:
     """on metrics iterations save penultimate features and values to runs/.../embeddings.npz"""
     embeddings_per_iteration: int = 256
     """states saved per metrics iteration with --save-embeddings"""
+    # Run, logging and checkpoints
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """name of this experiment (part of the run directory name)"""
+    runs_dir: str = "runs"
+    """folder that holds the run directories"""
+    track: bool = False
+    """also log to Weights & Biases (TensorBoard is always written; WANDB_MODE=offline works)"""
+    wandb_project_name: str = "parallel-data-collection"
+    """the Weights & Biases project"""
+    wandb_entity: str | None = None
+    """the Weights & Biases entity (team)"""
+    capture_video: bool = False
+    """after training, record one evaluation game of the final policy to runs/.../videos/"""
+    save_model: bool = False
+    """save the final model to runs/.../{exp_name}.cleanrl_model"""
+    checkpoint_interval: int = 0
+    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
+    resume: str | None = None
+    """path of a checkpoint.pt to continue from (its run's flags are used)"""
+    # Speed: none of these changes what is learned, up to float rounding
+    cuda: bool = True
+    """use CUDA when available (falls back to the CPU with a notice)"""
+    torch_deterministic: bool = True
+    """set `torch.backends.cudnn.deterministic`"""
+    torch_threads: int | None = None
+    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    channels_last: bool = True
+    """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
+    fused_adam: bool = True
+    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    reuse_host_memory: bool = True
+    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
+    compile: bool = False
+    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
+    cudagraphs: bool = False
+    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
     # Derived after validation (not flags)
     phases: tyro.conf.Suppress[list] = field(default_factory=list)  # (first step, N_envs, N_RO) of each phase
     batch_size: tyro.conf.Suppress[int] = 0  # of the first phase
@@ -168,22 +167,25 @@ class Args:
     planned_steps: tyro.conf.Suppress[int] = 0  # steps of the num_iterations full batches that fit the budget
 
 
+# ======================================================================================================================
+# ALGORITHM: the network, the maths of an iteration and the training loop. Change these to make a variant.
+# ======================================================================================================================
+# Copied from ppo_atari_envpool.layer_init
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
     return layer
 
 
+# Copied from ppo_atari_envpool.nature_cnn
 def nature_cnn() -> nn.Sequential:
     """Mnih et al. 2015 encoder: 3 convolutions (32, 64, 64) and a 512-unit dense layer."""
-    return nn.Sequential(
-        layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
-        layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-        layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
-        nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
-    )  # fmt: skip
+    convolutions = [(4, 32, 8, 4), (32, 64, 4, 2), (64, 64, 3, 1)]  # (in, out, kernel size, stride)
+    layers = [layer for i, o, k, s in convolutions for layer in (layer_init(nn.Conv2d(i, o, k, stride=s)), nn.ReLU())]
+    return nn.Sequential(*layers, nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
 
 
+# Copied from ppo_atari_envpool.Agent
 class Agent(nn.Module):
     def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True):
         super().__init__()
@@ -208,55 +210,28 @@ class Agent(nn.Module):
         logits = self.actor(actor_features)
         distribution = Categorical(logits=logits, validate_args=False)  # validation waits for the GPU (bool of a tensor)
         action = sample_actions(logits) if action is None else action
-        return action, distribution.log_prob(action), distribution.entropy(), self.critic(critic_features).squeeze(-1), logits
+        value = self.critic(critic_features).squeeze(-1)
+        return action, distribution.log_prob(action), distribution.entropy(), value, logits
 
 
 # Copied from ppo_atari_envpool.sample_actions
 def sample_actions(logits: torch.Tensor) -> torch.Tensor:
     """One action per row of (B, A) logits, drawn from softmax(logits) by the Gumbel-max trick: argmax(logits + G),
-    G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never waits."""
+    G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never
+    waits."""
     noise = torch.empty_like(logits).exponential_().clamp_(min=torch.finfo(logits.dtype).tiny)  # a 0 would always win
     return (logits - noise.log()).argmax(dim=-1)
 
 
-@torch.no_grad()
-def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavior_logits: torch.Tensor, batch_size: int,
-                  dormant_tau: float, proximal: Agent) -> dict[str, float]:  # fmt: skip
-    """The metrics/ tags that need a forward pass, after the update, on the metrics batch:
-    ratios and KL compare the updated policy with the policy that collected the rollout;
-    kl_prox, the outer step, with the proximal policy it is clipped towards."""
-    with metrics.hidden_activations(agent) as activations:  # every hidden post-ReLU output, for the dormant neurons
-        actor_features, critic_features = agent.features(obs)
-    logits = agent.actor(actor_features)
-    measured = {
-        "feature_rank": metrics.feature_rank(actor_features),
-        "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
-        "weight_norm": metrics.weight_norm(agent.parameters()),
-        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
-        **metrics.categorical_policy_change(logits, behavior_logits, actions, batch_size),
-        "kl_prox": metrics.categorical_kl(proximal.actor(proximal.features(obs)[0]), logits).mean().item(),
-    }
-    if agent.critic_encoder is not None:
-        measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
-    return measured
-
-
-@torch.no_grad()
-def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
-    """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
-    features, critic_features = agent.features(obs)
-    values = agent.critic(critic_features).squeeze(-1)
-    return {"features": features.cpu().numpy().astype(np.float16), "values": values.cpu().numpy(),
-            "iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}  # fmt: skip
-
-
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
+# Copied from ppo_atari_envpool.reset_step_mask
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
     return 1.0 - previous_done
 
 
+# Copied from ppo_atari_envpool.compute_gae
 def compute_gae(rewards, values, terminations, truncations, valid, next_value, gamma: float, gae_lambda: float):
     """GAE(lambda) advantages and returns over a (T, N) rollout with reset steps masked (next_value: (N,)).
 
@@ -277,19 +252,10 @@ def compute_gae(rewards, values, terminations, truncations, valid, next_value, g
     return advantages, advantages + values
 
 
-def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
-    """The sum of x over the processes of a torchrun run; x itself in a single process."""
-    if dist.is_initialized():
-        x = x.clone()
-        dist.all_reduce(x)
-    return x
-
-
 # Copied from ppo_atari_envpool.minibatch_statistics
 def minibatch_statistics(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every process
-    of a torchrun run in one collective (sums in float64). The loss divides by them, so that it holds no collective,
-    which a compiled graph or a CUDA graph would capture."""
+    """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every
+    process of a torchrun run in one collective (sums in float64): what the loss divides by and normalises with."""
     mask, advantages = minibatch["valid"].double(), minibatch["advantages"].double()
     sums = all_ranks_sum(torch.stack([mask.sum(), (mask * advantages).sum(), (mask * advantages.square()).sum()]))
     count = sums[0].clamp(min=1.0)
@@ -306,30 +272,18 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> tor
     return (x * mask).sum() / count
 
 
-# Copied from ppo_atari_envpool.all_ranks_sum_gradients
-def all_ranks_sum_gradients(parameters) -> None:
-    """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
-    share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
-    if not dist.is_initialized():
-        return
-    gradients = [parameter.grad for parameter in parameters]
-    flat = torch.cat([gradient.flatten() for gradient in gradients])
-    dist.all_reduce(flat)
-    for gradient, summed in zip(gradients, flat.split([gradient.numel() for gradient in gradients]), strict=True):
-        gradient.copy_(summed.view_as(gradient))
-
-
-def ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor], *, clip_coef: float,
-                  clip_vloss: bool, ent_coef: float, vf_coef: float, norm_adv: bool,
-                  importance_weight_cap: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # fmt: skip
+def ppo_ewma_loss(
+    new_logprob, new_value, entropy, minibatch, statistics, *, clip_coef, clip_vloss, ent_coef, vf_coef, norm_adv, weight_cap
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Decoupled clipped objective (Beukman et al. 2026 eq. 4): (pi_prox / pi_behavior) * min(r A, clip(r, 1 - eps, 1 + eps) A)
-    with r = pi_theta / pi_prox; the importance weight is a capped constant. With pi_prox = pi_behavior this is PPO's loss.
-    `minibatch` holds the rollout's logprobs (behaviour), values, advantages, returns and valid (the reset-step mask)."""
+    with r = pi_theta / pi_prox; the importance weight is a constant capped at `weight_cap`. With pi_prox = pi_behavior
+    this is ppo_atari_envpool.ppo_loss, whose arguments it takes; `minibatch` also holds the proximal_logprobs."""
     mask, advantages, returns, old_value = (minibatch[k] for k in ("valid", "advantages", "returns", "values"))
-    count = minibatch["valid_count"]
+    count = statistics["valid_count"]
     if norm_adv:
-        advantages = (advantages - minibatch["advantage_mean"]) / (minibatch["advantage_std"] + 1e-8)
-    importance_weight = (proximal_logprob - minibatch["logprobs"]).exp().clamp(max=importance_weight_cap).detach()
+        advantages = (advantages - statistics["advantage_mean"]) / (statistics["advantage_std"] + 1e-8)
+    proximal_logprob, behavior_logprob = minibatch["proximal_logprobs"], minibatch["logprobs"]
+    importance_weight = (proximal_logprob - behavior_logprob).exp().clamp(max=weight_cap).detach()
     ratio = (new_logprob - proximal_logprob).exp()
     clipped_objective = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef))
     policy_loss = masked_mean(importance_weight * clipped_objective, mask, count)
@@ -340,24 +294,24 @@ def ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch: 
     value_loss = 0.5 * masked_mean(value_error, mask, count)
     entropy_loss = masked_mean(entropy, mask, count)
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * value_loss
-    log_ratio = new_logprob - minibatch["logprobs"]  # approx KL from the behaviour policy, as PPO logs it
-    stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
-             "approx_kl": masked_mean((log_ratio.exp() - 1) - log_ratio, mask, count),  # Schulman's k3 estimator
-             "clipfrac": masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)}  # fmt: skip
+    stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss}
+    log_ratio = new_logprob - behavior_logprob  # approx KL from the behaviour policy, as PPO logs it
+    stats["approx_kl"] = masked_mean((log_ratio.exp() - 1) - log_ratio, mask, count)  # Schulman's k3 estimator
+    stats["clipfrac"] = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
-def minibatch_backward(agent: Agent, proximal: Agent, minibatch: dict[str, torch.Tensor], args: Args,
-                       clip_coef: torch.Tensor) -> dict[str, torch.Tensor]:  # fmt: skip
-    """Forward passes (agent; proximal network, not differentiated), PPO-EWMA loss and backward pass of one minibatch
-    (one compiled graph with --compile); the loss statistics. clip_coef comes as a tensor: --target-ddr changes it
-    every iteration, which would recompile a graph that held a float."""
+def compute_gradients(agent: Agent, proximal: Agent, minibatch: dict, statistics: dict, args: Args, clip_coef) -> dict:
+    """Forward passes (the agent; the proximal network, not differentiated), PPO-EWMA loss and backward pass of one
+    minibatch into the parameters' .grad (one compiled graph with --compile); returns the loss statistics. clip_coef
+    comes as a tensor: --target-ddr changes it every iteration, which would recompile a graph that held a float."""
     _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
     with torch.no_grad():
         proximal_logprob = proximal.get_action_and_value(minibatch["obs"], minibatch["actions"])[1]
-    loss, stats = ppo_ewma_loss(new_logprob, proximal_logprob, new_value, entropy, minibatch, clip_coef=clip_coef,
-                                clip_vloss=args.clip_vloss, ent_coef=args.ent_coef, vf_coef=args.vf_coef,
-                                norm_adv=args.norm_adv, importance_weight_cap=args.importance_weight_cap)  # fmt: skip
+    minibatch = minibatch | {"proximal_logprobs": proximal_logprob}  # read by the loss beside the behaviour's logprobs
+    coefficients = {name: getattr(args, name) for name in ("clip_vloss", "ent_coef", "vf_coef", "norm_adv")}
+    coefficients |= {"clip_coef": clip_coef, "weight_cap": args.importance_weight_cap}
+    loss, stats = ppo_ewma_loss(new_logprob, new_value, entropy, minibatch, statistics, **coefficients)
     loss.backward()
     return stats
 
@@ -370,42 +324,115 @@ def ewma_update(proximal: nn.Module, current: nn.Module, weight_sum: float, beta
     keep their proximal weights identical, with no communication."""
     new_weight_sum = beta * weight_sum + 1.0
     for proximal_tensor, tensor in zip(proximal.state_dict().values(), current.state_dict().values(), strict=True):
-        proximal_tensor.lerp_(tensor, 1.0 / new_weight_sum)  # the same sum: beta W / W' = 1 - 1 / W
+        proximal_tensor.lerp_(tensor, 1.0 / new_weight_sum)  # the same sum: beta W / W' = 1 - 1 / W'
     return new_weight_sum
 
 
+# ---- The outer loop: N_envs x N_RO by phase, learning rate, clipping epsilon or centre of mass ----
+# Copied from ppo_atari_envpool.Phase
+class Phase(NamedTuple):
+    """A stretch of training with one data-collection shape, counted over all the processes of a torchrun run."""
+
+    num_envs: int
+    num_steps: int
+    minibatch_size: int
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+
+# Copied from ppo_atari_envpool.phase_at
+def phase_at(args: Args, step: int) -> Phase:
+    """The phase that `step` falls in: a fixed --minibatch-size stays, else the number of minibatches does."""
+    _, num_envs, num_steps = [phase for phase in args.phases if phase[0] <= step][-1]
+    return Phase(num_envs, num_steps, args.minibatch_size or num_envs * num_steps // args.num_minibatches)
+
+
+# Copied from ppo_atari_envpool.learning_rate
+def learning_rate(args: Args, num_envs: int, step: int) -> float:
+    """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
+    k = num_envs / args.lr_reference_envs
+    scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
+    return scaled * (1 - step / args.planned_steps) if args.anneal_lr else scaled
+
+
+# Copied from ppo_atari_envpool.adapted_step_size
 def adapted_step_size(value: float, ddr: float, target: float, rate: float, bounds: tuple, sign: int = 1) -> float:
     """One step in log space towards the target data-to-divergence ratio: value * (DDR / target) ** (sign * rate), kept
     in bounds. sign +1 for a clipping epsilon (a larger epsilon, a larger KL, a smaller DDR): a DDR under the target
-    shrinks it; sign -1 for the EWMA's centre of mass (a larger one, an older proximal policy, a smaller KL): a DDR
-    under the target raises it."""
+    shrinks it."""
     return min(max(value * (ddr / target) ** (sign * rate), bounds[0]), bounds[1])
 
 
-@torch.no_grad()
-def behavior_kl(agent: Agent, obs: torch.Tensor, behavior_logits: torch.Tensor) -> float:
-    """KL(behaviour policy || updated policy), the mean over the states: the divergence of the DDR."""
-    return metrics.categorical_kl(behavior_logits, agent.actor(agent.features(obs)[0])).mean().item()
-
-
+# Copied from ppo_atari_envpool.target_ddr
 def target_ddr(args: Args, step: int) -> float:
     """--target-ddr, grown geometrically to --target-ddr-final (when given) over the planned steps."""
     growth = args.target_ddr_final / args.target_ddr if args.target_ddr_final else 1.0
     return args.target_ddr * growth ** (step / args.planned_steps)
 
 
-def phase_at(args: Args, step: int) -> tuple[int, int, int]:
-    """N_envs, N_RO and the minibatch size (all processes together) of the phase that `step` falls in: a fixed
-    --minibatch-size stays, else the number of minibatches does."""
-    _, num_envs, num_steps = [phase for phase in args.phases if phase[0] <= step][-1]
-    return num_envs, num_steps, args.minibatch_size or num_envs * num_steps // args.num_minibatches
+# Copied from ppo_atari_envpool.behavior_kl
+@torch.no_grad()
+def behavior_kl(agent: Agent, obs: torch.Tensor, behavior_logits: torch.Tensor) -> float:
+    """KL(behaviour policy || updated policy), the mean over the states: the divergence of the DDR."""
+    return metrics.categorical_kl(behavior_logits, agent.actor(agent.features(obs)[0])).mean().item()
 
 
-def learning_rate(args: Args, num_envs: int, step: int) -> float:
-    """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
-    k = num_envs / args.lr_reference_envs
-    scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
-    return scaled * (1 - step / args.planned_steps) if args.anneal_lr else scaled
+# ---- Measurements after the update (the functions themselves are in metrics.py) ----
+@torch.no_grad()
+def measure_agent(agent: Agent, obs, actions, behavior_logits, batch_size: int, dormant_tau: float, proximal: Agent) -> dict:
+    """The metrics/ tags that need a forward pass, after the update, on the metrics batch: ratios and KL compare the
+    updated policy with the policy that collected the rollout; kl_prox, the outer step, with the proximal policy it is
+    clipped towards. Not a copy: kl_prox."""
+    with metrics.hidden_activations(agent) as activations:  # every hidden post-ReLU output, for the dormant neurons
+        actor_features, critic_features = agent.features(obs)
+    logits = agent.actor(actor_features)
+    measured = {
+        "feature_rank": metrics.feature_rank(actor_features),
+        "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
+        "weight_norm": metrics.weight_norm(agent.parameters()),
+        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
+        **metrics.categorical_policy_change(logits, behavior_logits, actions, batch_size),
+        "kl_prox": metrics.categorical_kl(proximal.actor(proximal.features(obs)[0]), logits).mean().item(),
+    }
+    if agent.critic_encoder is not None:
+        measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
+    return measured
+
+
+# Copied from ppo_atari_envpool.embed
+@torch.no_grad()
+def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
+    """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
+    features, critic_features = agent.features(obs)
+    values = agent.critic(critic_features).squeeze(-1).cpu().numpy()
+    steps = {"iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}
+    return {"features": features.cpu().numpy().astype(np.float16), "values": values, **steps}
+
+
+# Copied from ppo_atari_envpool.start_phase
+def start_phase(args: Args, phase: Phase, iteration: int, device: torch.device, agent: Agent, num_actions: int):
+    """This process's EnvPool pool for the phase (EnvPool cannot resize a pool) and its rollout storage on the training
+    device; pixels stay uint8 until the network. A new phase, or a resumed run, starts new games from another env seed:
+    EnvPool's state cannot be saved."""
+    num_envs = phase.num_envs // WORLD_SIZE  # under torchrun each process steps its share of the envs
+    options = dict(max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)
+    seed = args.seed + iteration - 1 + RANK * num_envs
+    envs = envpool.make(args.env_id, "gymnasium", num_envs=num_envs, seed=seed, **options)
+    size = (phase.num_steps, num_envs)  # a variant adds a field to the rollout in one line
+    # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
+    shape = (size[0] * size[1], *envs.observation_space.shape)
+    frames = torch.empty(shape, dtype=torch.uint8, device=device, memory_format=agent.memory_format).zero_()
+    rollout = {"obs": frames.unflatten(0, size), "actions": torch.zeros(size, dtype=torch.long, device=device)}
+    rollout |= {"logits": torch.zeros((*size, num_actions), device=device)}
+    rollout |= {name: torch.zeros(size, device=device) for name in ("logprobs", "values")}
+    # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
+    host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
+    next_obs = torch.tensor(envs.reset()[0], device=device)
+    # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
+    host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
+    return envs, rollout, host, next_obs, host_obs, np.zeros(num_envs, dtype=np.float32), np.zeros(num_envs)
 
 
 def main() -> None:
@@ -416,16 +443,19 @@ def main() -> None:
     num_actions = envpool.make_spec(args.env_id).action_space.n
     agent = Agent(num_actions, args.separate_networks, args.channels_last).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam)
-    act, backward = agent.get_action_and_value, minibatch_backward
+    act, update = agent.get_action_and_value, compute_gradients
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
         torch._inductor.config.fallback_random = True  # the eager path's random numbers: a seed draws the same actions
-        act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
+        act, update = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, update))
     # The proximal policy (no gradients: only ewma_update moves it) starts at the initial weights (W = 1), never reset.
     proximal = copy.deepcopy(agent).requires_grad_(False)
-    ewma_beta, ewma_weight_sum = args.ewma_com / (args.ewma_com + 1), checkpoint["ewma_weight_sum"] if checkpoint else 1.0
-    state = {"model": agent, "optimizer": optimizer, "proximal": proximal}  # what a checkpoint holds, with the weight sum
+    state = {"model": agent, "optimizer": optimizer, "proximal": proximal}  # what a checkpoint holds, with the loop state
     global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
+    # --target-ddr adapts the clipping epsilon or the centre of mass every iteration; older checkpoints kept them in args.
+    saved = checkpoint or {}
+    clip_coef, ewma_com = saved.get("clip_coef", args.clip_coef), saved.get("ewma_com", args.ewma_com)
+    ewma_weight_sum = saved.get("ewma_weight_sum", 1.0)
     if WORLD_SIZE > 1:  # the same initial weights everywhere, but each process its own action noise
         torch.manual_seed(hash((args.seed, RANK, start_iteration)))
 
@@ -434,38 +464,22 @@ def main() -> None:
     finished_games: list[tuple[int, float, int]] = []  # (global step, return, length)
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step, phase, iteration = time.time(), global_step, None, start_iteration - 1
+    start_time, start_step, iteration = time.time(), global_step, start_iteration - 1
+    phase = phase_at(args, global_step)
+    envs, rollout, host, next_obs, host_obs, next_done, game_return = start_phase(
+        args, phase, start_iteration, device, agent, num_actions
+    )
 
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if phase_at(args, global_step) != phase:  # EnvPool cannot resize a pool: a new phase plays new games in a new pool
-            phase = phase_at(args, global_step)  # N_envs, N_RO, minibatch size
-            batch_size, num_steps = phase[0] * phase[1], phase[1]
-            # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
-            num_envs, minibatch_size = phase[0] // WORLD_SIZE, phase[2] // WORLD_SIZE
-            # A resumed run or a new phase starts new games from another env seed: EnvPool's state cannot be saved.
-            seed = args.seed + iteration - 1 + RANK * num_envs
-            envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
-                                max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)  # fmt: skip
-            # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
-            size = (num_steps, num_envs)
-            # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
-            frames = torch.empty((size[0] * size[1], *envs.observation_space.shape), dtype=torch.uint8, device=device,
-                                 memory_format=agent.memory_format)  # fmt: skip
-            rollout = {"obs": frames.zero_().unflatten(0, size),
-                       "actions": torch.zeros(size, dtype=torch.long, device=device),
-                       "logits": torch.zeros(size + (num_actions,), device=device),
-                       "logprobs": torch.zeros(size, device=device), "values": torch.zeros(size, device=device)}  # fmt: skip
-            # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
-            host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
-            next_obs = torch.tensor(envs.reset()[0], device=device)
-            # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
-            host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
-            next_done, game_return = np.zeros(num_envs, dtype=np.float32), np.zeros(num_envs)
-        optimizer.param_groups[0]["lr"] = learning_rate(args, phase[0], global_step)
-
+        # ==== COLLECT ROLLOUT: N_RO steps of N_envs environments with the current policy ====
+        if phase_at(args, global_step) != phase:  # a --schedule phase begins: a new pool plays new games
+            phase = phase_at(args, global_step)
+            envs, rollout, host, next_obs, host_obs, next_done, game_return = start_phase(
+                args, phase, iteration, device, agent, num_actions
+            )
         rollout_start_step = global_step
-        for step in range(num_steps):
-            global_step += phase[0]
+        for step in range(phase.num_steps):
+            global_step += phase.num_envs
             rollout["obs"][step] = next_obs
             host["valid"][step] = reset_step_mask(next_done)
             with torch.inference_mode():
@@ -487,43 +501,42 @@ def main() -> None:
         if stop_requested(stop_signal):  # checked once a rollout: the same answer in every process
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
-        for step, finished_return, finished_length in all_ranks_list(finished_games):
-            writer.add_scalar("charts/episodic_return", finished_return, step)
-            writer.add_scalar("charts/episodic_length", finished_length, step)
-            recent_returns.append(finished_return)
-        finished_games.clear()
         rollout |= {name: torch.as_tensor(values, device=device) for name, values in host.items()}  # on the CPU: no copy
 
+        # ==== ADVANTAGES: GAE(lambda), EnvPool's reset steps masked ====
         with torch.no_grad():
             next_value = agent.get_value(next_obs)
-            rollout["advantages"], rollout["returns"] = compute_gae(
-                rollout["rewards"], rollout["values"], rollout["terminations"], rollout["truncations"],
-                rollout["valid"], next_value, args.gamma, args.gae_lambda)  # fmt: skip
+            gae_inputs = [rollout[name] for name in ("rewards", "values", "terminations", "truncations", "valid")]
+            rollout["advantages"], rollout["returns"] = compute_gae(*gae_inputs, next_value, args.gamma, args.gae_lambda)
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
 
+        # ==== UPDATE: epochs of minibatches, the proximal EWMA after each step; collectives here, not in the loss ====
+        optimizer.param_groups[0]["lr"] = learning_rate(args, phase.num_envs, rollout_start_step)
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
-        grad_norms, minibatch_stats, gradient_kurtosis, clip_coef = [], [], None, torch.tensor(args.clip_coef, device=device)
+        grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
+        clip_coef_tensor, ewma_beta = torch.tensor(clip_coef, device=device), ewma_com / (ewma_com + 1)
+        minibatch_size = phase.minibatch_size // WORLD_SIZE  # each process updates on its share of each minibatch
         for _epoch in range(args.update_epochs):
             permutation = torch.randperm(len(batch["obs"]), device=device)
             for start in range(0, len(batch["obs"]), minibatch_size):
                 minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
-                minibatch |= minibatch_statistics(minibatch)  # outside the compiled update: it holds the collective
+                statistics = minibatch_statistics(minibatch)  # one all-reduce under torchrun
                 optimizer.zero_grad()
-                # .clone(): a CUDA graph overwrites its outputs at its next replay
-                stats = {name: value.clone() for name, value in backward(agent, proximal, minibatch, args, clip_coef).items()}
+                stats = update(agent, proximal, minibatch, statistics, args, clip_coef_tensor)
+                minibatch_stats.append({name: value.clone() for name, value in stats.items()})  # a CUDA graph reuses them
                 all_ranks_sum_gradients(agent.parameters())
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
                 grad_norms.append(nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm))
                 optimizer.step()
                 ewma_weight_sum = ewma_update(proximal, agent, ewma_weight_sum, ewma_beta)
-                minibatch_stats.append(stats)
-            if args.target_kl is not None and all_ranks_sum(stats["approx_kl"]) > args.target_kl:
+            if args.target_kl is not None and all_ranks_sum(minibatch_stats[-1]["approx_kl"]) > args.target_kl:
                 break
 
-        valid = batch["valid"].bool()
-        charts = {"learning_rate": optimizer.param_groups[0]["lr"], "num_envs": phase[0], "num_steps": num_steps,
-                  "batch_size": batch_size, "clip_coef": args.clip_coef, "ewma_com": args.ewma_com}  # fmt: skip
+        # ==== MEASURE AND LOG ====
+        valid, batch_size = batch["valid"].bool(), phase.batch_size
+        charts = {"learning_rate": optimizer.param_groups[0]["lr"], "num_envs": phase.num_envs, "clip_coef": clip_coef}
+        charts |= {"num_steps": phase.num_steps, "batch_size": batch_size, "ewma_com": ewma_com}
         losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
         losses["explained_variance"] = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
         measured = {}
@@ -531,8 +544,8 @@ def main() -> None:
             valid_index = torch.nonzero(valid).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
         if measure:
-            measured = measure_agent(agent, batch["obs"][sample], batch["actions"][sample], batch["logits"][sample],
-                                     batch_size, args.dormant_tau, proximal)  # fmt: skip
+            sampled = [batch[name][sample] for name in ("obs", "actions", "logits")]
+            measured = measure_agent(agent, *sampled, batch_size, args.dormant_tau, proximal)
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
             if args.save_embeddings and RANK == 0:
                 embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
@@ -540,111 +553,150 @@ def main() -> None:
             small = sample[: args.ddr_batch]  # used on the iterations without metrics
             kl = measured["kl_behavior"] if measure else behavior_kl(agent, batch["obs"][small], batch["logits"][small])
             measured["ddr"] = metrics.data_to_divergence_ratio(batch_size, float(all_ranks_sum(torch.tensor(kl))) / WORLD_SIZE)
-            ddr, target = measured["ddr"], target_ddr(args, global_step)
+            step_size = dict(ddr=measured["ddr"], target=target_ddr(args, global_step), rate=args.adapt_rate)
             if args.adapt == "clip-coef":
-                args.clip_coef = adapted_step_size(args.clip_coef, ddr, target, args.adapt_rate, args.clip_coef_bounds)
-            else:  # the EWMA weight sum stays: only the discount of the steps to come changes
-                args.ewma_com = adapted_step_size(args.ewma_com, ddr, target, args.adapt_rate, args.ewma_com_bounds, sign=-1)
-                ewma_beta = args.ewma_com / (args.ewma_com + 1)
+                clip_coef = adapted_step_size(clip_coef, **step_size, bounds=args.clip_coef_bounds)
+            else:  # sign -1: an older proximal policy, a smaller KL; the weight sum stays, the discount to come changes
+                ewma_com = adapted_step_size(ewma_com, **step_size, bounds=args.ewma_com_bounds, sign=-1)
         charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
         for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
             for name, value in scalars.items():
                 writer.add_scalar(f"{group}/{name}", value, global_step)
+        for step, finished_return, finished_length in all_ranks_list(finished_games):
+            writer.add_scalar("charts/episodic_return", finished_return, step)
+            writer.add_scalar("charts/episodic_length", finished_length, step)
+            recent_returns.append(finished_return)
+        finished_games.clear()
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
+        loop_state = dict(iteration=iteration, global_step=global_step, clip_coef=clip_coef, ewma_com=ewma_com)
+        loop_state["ewma_weight_sum"] = ewma_weight_sum
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
-            save_checkpoint(run_dir, args, iteration, global_step, embeddings, **state, ewma_weight_sum=ewma_weight_sum)
+            save_checkpoint(run_dir, args, loop_state, embeddings, **state)
 
-    finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, **state,
-               ewma_weight_sum=ewma_weight_sum)  # fmt: skip
+    loop_state = dict(iteration=iteration, global_step=global_step, clip_coef=clip_coef, ewma_com=ewma_com)
+    loop_state["ewma_weight_sum"] = ewma_weight_sum
+    finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **state)
 
 
-# ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video ----
-# (every script of the project has its own copy of this part)
+# ======================================================================================================================
+# PLUMBING: flags, run directory, processes, checkpoints, signals, progress, video; no need to read it to follow the
+# algorithm. The blocks marked `# Copied from` are the same in every script: `make lint` keeps them identical to their
+# source (change the source, then run `make fix-copies`).
+# ======================================================================================================================
+def validate_and_derive(args: Args) -> Args:
+    """Check every flag before anything is created (one line, exit 2); fill in the derived values. Not a copy: each
+    script has its own flags."""
+    require_signs(
+        args,
+        positive="total_timesteps max_episode_steps num_envs num_steps update_epochs num_minibatches lr_reference_envs "
+        "metrics_batch embeddings_per_iteration learning_rate adam_eps clip_coef max_grad_norm target_kl minibatch_size "
+        "torch_threads target_ddr target_ddr_final adapt_rate ddr_batch importance_weight_cap",
+        non_negative="checkpoint_interval metrics_interval ent_coef vf_coef dormant_tau ewma_com",
+    )
+    require(0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}")
+    require(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}")
+    for name in ("clip_coef_bounds", "ewma_com_bounds"):
+        bounds = getattr(args, name)
+        require(0 < bounds[0] <= bounds[1], f"--{name.replace('_', '-')} {bounds} is not 0 < low <= high")
+    require(
+        not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
+        "--cudagraphs needs --compile and CUDA",
+    )
+    spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
+    require(spec_class == "AtariEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5)")
+    return plan_iterations(args)
+
+
+# Copied from ppo_atari_envpool.fail
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
     sys.exit(2)
 
 
-def parse_args() -> tuple[Args, dict | None]:
-    """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
-    args, checkpoint = tyro.cli(Args), None
-    # Flags that say how to run, not what to learn: on --resume only these come from the command line.
-    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval",
-               "torch_threads", "channels_last", "fused_adam", "reuse_host_memory", "compile", "cudagraphs")  # fmt: skip
-    if args.resume is not None:
-        if not os.path.isfile(args.resume):
-            fail(f"--resume {args.resume!r}: no such checkpoint file")
-        try:
-            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
-        except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
-            fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        if not isinstance(checkpoint, dict) or {*checkpoint.get("args", ()), *runtime} != {f.name for f in fields(Args)}:
-            fail(f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
-        args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
-    return validate_and_derive(args), checkpoint
+# Copied from ppo_atari_envpool.require
+def require(ok: bool, message: str) -> None:
+    """fail(message) unless ok."""
+    if not ok:
+        fail(message)
 
 
-def parse_schedule(text: str) -> list[tuple[float, int, int]]:
-    """'0:8x128,0.5:32x32' -> [(0.0, 8, 128), (0.5, 32, 32)]: from that fraction of the budget on, N_envs x N_RO."""
-    phases = [re.fullmatch(r"(0|0?\.\d+):([1-9]\d*)x([1-9]\d*)", part.strip()) for part in text.split(",")]
-    starts = [float(phase[1]) for phase in phases if phase]
-    if not all(phases) or starts[0] != 0 or starts != sorted(set(starts)):
-        fail(f"--schedule {text!r}: write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0 with increasing fractions "
-             "of the budget below 1 and sizes > 0, e.g. 0:8x128,0.5:32x32,0.8:128x8")  # fmt: skip
-    return [(float(phase[1]), int(phase[2]), int(phase[3])) for phase in phases]
+# Copied from ppo_atari_envpool.require_signs
+def require_signs(args: Args, positive: str, non_negative: str) -> None:
+    """The flags named in `positive` (None allowed: not given) must be > 0, those in `non_negative` >= 0."""
+    for name in positive.split():
+        value = getattr(args, name)
+        require(value is None or value > 0, f"--{name.replace('_', '-')} must be > 0, got {value}")
+    for name in non_negative.split():
+        require(getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
 
 
-def validate_and_derive(args: Args) -> Args:
-    """Check every flag before anything is created (one line, exit 2); fill in the derived values."""
-    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
-    positive = ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches",
-                "lr_reference_envs", "metrics_batch", "embeddings_per_iteration", "learning_rate", "adam_eps", "clip_coef",
-                "max_grad_norm", "importance_weight_cap", "target_kl", "minibatch_size", "torch_threads", "target_ddr",
-                "target_ddr_final", "adapt_rate", "ddr_batch")  # fmt: skip
-    non_negative = ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau", "ewma_com")
-    value = lambda name: getattr(args, name)  # noqa: E731
-    checks = [(value(name) is None or value(name) > 0, f"{flag(name)} must be > 0, got {value(name)}") for name in positive]
-    checks += [(getattr(args, name) >= 0, f"{flag(name)} must be >= 0, got {getattr(args, name)}") for name in non_negative]
+# Copied from ppo_atari_envpool.plan_iterations
+def plan_iterations(args: Args) -> Args:
+    """The phases of --schedule (or the one phase of --num-envs x --num-steps), checked to split into minibatches and
+    over the processes; the iterations of full batches that fit the budget."""
     phases = parse_schedule(args.schedule) if args.schedule else [(0.0, args.num_envs, args.num_steps)]
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
     for _, num_envs, num_steps in phases:
         batch_size = num_envs * num_steps
         minibatch_size = args.minibatch_size or batch_size // max(args.num_minibatches, 1)
-        checks += [
-            (minibatch_size > 0 and batch_size % minibatch_size == 0,
-             f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches"),
-            (num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
-             f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"),
-        ]  # fmt: skip
-    checks += [
-        (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
-        (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
-        (0 < args.clip_coef_bounds[0] <= args.clip_coef_bounds[1],
-         f"--clip-coef-bounds {args.clip_coef_bounds} is not 0 < low <= high"),
-        (0 < args.ewma_com_bounds[0] <= args.ewma_com_bounds[1],
-         f"--ewma-com-bounds {args.ewma_com_bounds} is not 0 < low <= high"),
-        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
-         "--cudagraphs needs --compile and CUDA"),
-        (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "AtariEnvSpec",  # (module, spec class, ...)
-         f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5, Qbert-v5)"),
-        (args.total_timesteps >= phases[0][1] * phases[0][2],
-         f"--total-timesteps {args.total_timesteps} is smaller than one batch "
-         f"(num_envs * num_steps = {phases[0][1] * phases[0][2]})"),
-    ]  # fmt: skip
-    for ok, message in checks:
-        if not ok:
-            fail(message)
+        require(
+            minibatch_size > 0 and batch_size % minibatch_size == 0,
+            f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches",
+        )
+        require(
+            num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
+            f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes",
+        )
+    batch_size = phases[0][1] * phases[0][2]
+    require(
+        args.total_timesteps >= batch_size,
+        f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {batch_size})",
+    )
     args.phases = [(int(start * args.total_timesteps), num_envs, num_steps) for start, num_envs, num_steps in phases]
     args.num_envs, args.num_steps = phases[0][1:]
-    args.batch_size, args.planned_steps, args.num_iterations = args.num_envs * args.num_steps, 0, 0
-    batch_at = lambda step: phase_at(args, step)[0] * phase_at(args, step)[1]  # noqa: E731
-    while args.planned_steps + batch_at(args.planned_steps) <= args.total_timesteps:  # the full batches that fit the budget
-        args.planned_steps, args.num_iterations = args.planned_steps + batch_at(args.planned_steps), args.num_iterations + 1
+    args.batch_size, args.planned_steps, args.num_iterations = batch_size, 0, 0
+    while args.planned_steps + (batch_size := phase_at(args, args.planned_steps).batch_size) <= args.total_timesteps:
+        args.planned_steps, args.num_iterations = args.planned_steps + batch_size, args.num_iterations + 1
     return args
 
 
+# Copied from ppo_atari_envpool.parse_schedule
+def parse_schedule(text: str) -> list[tuple[float, int, int]]:
+    """'0:8x128,0.5:32x32' -> [(0.0, 8, 128), (0.5, 32, 32)]: from that fraction of the budget on, N_envs x N_RO."""
+    phases = [re.fullmatch(r"(0|0?\.\d+):([1-9]\d*)x([1-9]\d*)", part.strip()) for part in text.split(",")]
+    starts = [float(phase[1]) for phase in phases if phase]
+    require(
+        all(phases) and starts[0] == 0 and starts == sorted(set(starts)),
+        f"--schedule {text!r}: write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0 with increasing fractions "
+        "of the budget below 1 and sizes > 0, e.g. 0:8x128,0.5:32x32,0.8:128x8",
+    )
+    return [(float(phase[1]), int(phase[2]), int(phase[3])) for phase in phases]
+
+
+# Copied from ppo_atari_envpool.parse_args
+def parse_args() -> tuple[Args, dict | None]:
+    """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
+    args, checkpoint = tyro.cli(Args), None
+    # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
+    runtime = {field.name for field in fields(Args)} & set(
+        "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
+        "channels_last fused_adam reuse_host_memory compile cudagraphs".split()
+    )
+    if args.resume is not None:
+        require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
+        try:
+            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
+        except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
+            fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
+        ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
+        require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
+        args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
+    return validate_and_derive(args), checkpoint
+
+
+# Copied from ppo_atari_envpool.start_run
 def start_run(args: Args, checkpoint: dict | None):
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
@@ -681,20 +733,21 @@ def start_run(args: Args, checkpoint: dict | None):
         import wandb  # noqa: PLC0415 - optional at run time
 
         name = os.path.basename(run_dir)
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
-                   name=name, id=name, resume="allow", dir=run_dir, save_code=True)  # fmt: skip
+        wandb_run = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=name, id=name, dir=run_dir)
+        wandb.init(**wandb_run, sync_tensorboard=True, config=asdict(args), resume="allow", save_code=True)
     writer = SummaryWriter(run_dir)
     if not checkpoint:
         table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     # Steps, SPS, ETA, recent return: live on a terminal, a plain line every 30 s in a log file.
-    live = sys.stdout.isatty()
     log_lines = SimpleNamespace(write=lambda text: text.strip() and print(text.strip(), flush=True), flush=lambda: None)
-    progress = tqdm(total=args.total_timesteps, initial=checkpoint["global_step"] if checkpoint else 0, unit="step",
-                    unit_scale=True, file=sys.stdout if live else log_lines, mininterval=0.5 if live else 30)  # fmt: skip
+    output = dict(file=sys.stdout, mininterval=0.5) if sys.stdout.isatty() else dict(file=log_lines, mininterval=30)
+    initial = checkpoint["global_step"] if checkpoint else 0
+    progress = tqdm(total=args.total_timesteps, initial=initial, unit="step", unit_scale=True, **output)
     return run_dir, writer, progress, stop_signal
 
 
+# Copied from ppo_atari_envpool.stop_requested
 def stop_requested(stop_signal: list[int]) -> bool:
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
     Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
@@ -703,6 +756,16 @@ def stop_requested(stop_signal: list[int]) -> bool:
     return bool(received)
 
 
+# Copied from ppo_atari_envpool.all_ranks_sum
+def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum of x over the processes of a torchrun run; x itself in a single process."""
+    if dist.is_initialized():
+        x = x.clone()
+        dist.all_reduce(x)
+    return x
+
+
+# Copied from ppo_atari_envpool.all_ranks_list
 def all_ranks_list(items: list) -> list:
     """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
     if not dist.is_initialized():
@@ -712,17 +775,30 @@ def all_ranks_list(items: list) -> list:
     return [item for process_items in gathered for item in process_items]
 
 
-def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, embeddings: list, **modules) -> None:
-    """checkpoint.pt (state dicts, plain values such as the EWMA weight sum, counters, RNG states: tensors and plain
-    data for weights_only) and the new embeddings, each written to a temporary file and renamed: a crash never
-    leaves half a file. Process 0 only."""
+# Copied from ppo_atari_envpool.all_ranks_sum_gradients
+def all_ranks_sum_gradients(parameters) -> None:
+    """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
+    share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
+    if not dist.is_initialized():
+        return
+    gradients = [parameter.grad for parameter in parameters]
+    flat = torch.cat([gradient.flatten() for gradient in gradients])
+    dist.all_reduce(flat)
+    for gradient, summed in zip(gradients, flat.split([gradient.numel() for gradient in gradients]), strict=True):
+        gradient.copy_(summed.view_as(gradient))
+
+
+# Copied from ppo_atari_envpool.save_checkpoint
+def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list, **modules) -> None:
+    """checkpoint.pt (state dicts, the loop's counters and adapted values, RNG states: tensors and plain data for
+    weights_only) and the new embeddings, each written to a temporary file and renamed: a crash never leaves half a
+    file. Process 0 only."""
     if modules and RANK == 0:
         # The training device's generator only: the run may resume on a machine with fewer GPUs.
         rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
-        state = {name: module.state_dict() if hasattr(module, "state_dict") else module for name, module in modules.items()}
-        state |= {"args": asdict(args), "rng": rng}
+        state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
         path = os.path.join(run_dir, "checkpoint.pt")
-        torch.save(state | {"iteration": iteration, "global_step": global_step}, f"{path}.tmp")
+        torch.save(state | loop_state, f"{path}.tmp")
         os.replace(f"{path}.tmp", path)
     if embeddings:  # appended to what the run saved before
         path = os.path.join(run_dir, "embeddings.npz")
@@ -732,8 +808,9 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
         embeddings.clear()
 
 
+# Copied from ppo_atari_envpool.restore_checkpoint
 def restore_checkpoint(checkpoint: dict, **modules) -> int:
-    """Load the state dicts and the RNG state of a checkpoint (main reads its plain values); returns its global step."""
+    """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
     try:
         for name, module in modules.items():
             module.load_state_dict(checkpoint[name])
@@ -746,24 +823,25 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     return checkpoint["global_step"]
 
 
-def finish_run(run_dir, writer, progress, args, iteration, global_step, embeddings, stop_signal, **modules) -> None:
+# Copied from ppo_atari_envpool.finish_run
+def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **modules) -> None:
     """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
     embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
     progress.close()
     writer.close()
-    interrupted = bool(stop_signal) and global_step < args.planned_steps
-    iteration -= interrupted  # the interrupted rollout is not counted
+    interrupted = bool(stop_signal) and loop_state["global_step"] < args.planned_steps
+    loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
-    save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
-    if dist.is_initialized():  # the summed gradients keep every process's weights (and so proximal ones) identical
-        state = [*modules["model"].parameters(), *modules["proximal"].parameters()]
-        gathered = all_ranks_list([torch.cat([tensor.detach().flatten() for tensor in state]).cpu()])
+    save_checkpoint(run_dir, args, loop_state, embeddings, **checkpointed)
+    if dist.is_initialized():  # the summed gradients keep every process's weights identical: check it once
+        gathered = all_ranks_list([torch.cat([tensor.detach().flatten() for tensor in modules["model"].parameters()]).cpu()])
         same = sum(torch.equal(weights, gathered[0]) for weights in gathered)  # process 0 included
         if RANK == 0:
             print(f"weights identical on {same} of {WORLD_SIZE} processes")
         dist.destroy_process_group()
     if interrupted and RANK == 0:
-        print(f"stopped by signal {stop_signal[0]} at iteration {iteration}; continue with --resume {run_dir}/checkpoint.pt")
+        resume = f"--resume {run_dir}/checkpoint.pt"
+        print(f"stopped by signal {stop_signal[0]} at iteration {loop_state['iteration']}; continue with {resume}")
     if interrupted:
         sys.exit(128 + stop_signal[0])
     if RANK != 0:
@@ -775,16 +853,18 @@ def finish_run(run_dir, writer, progress, args, iteration, global_step, embeddin
     if args.capture_video:
         record_video(modules["model"], args, run_dir)
     with open(os.path.join(run_dir, "done.json"), "w") as f:
-        json.dump({"global_step": global_step, "iterations": iteration}, f)
+        json.dump({"global_step": loop_state["global_step"], "iterations": loop_state["iteration"]}, f)
 
 
+# Copied from ppo_atari_envpool.record_video
 @torch.no_grad()
 def record_video(agent: Agent, args: Args, run_dir: str) -> None:
-    """One game of the final policy in EnvPool's Atari (the training preprocessing), rendered to MP4."""
+    """One game of the final policy in EnvPool's Atari (the training preprocessing), rendered to MP4. Not a copy: each
+    script plays its own kind of environment."""
     from moviepy import ImageSequenceClip  # noqa: PLC0415 - only needed here
 
-    env = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, seed=args.seed, max_episode_steps=args.max_episode_steps,
-                       episodic_life=True, reward_clip=True, render_mode="rgb_array")  # fmt: skip
+    options = dict(max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True, render_mode="rgb_array")
+    env = envpool.make(args.env_id, "gymnasium", num_envs=1, seed=args.seed, **options)
     obs, frames, game_return, game_over = env.reset()[0], [], 0.0, False
     agent.cpu()  # training is over
     while not game_over:

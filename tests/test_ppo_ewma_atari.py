@@ -1,5 +1,6 @@
 """ppo_ewma_atari.py: the decoupled loss, the EWMA proximal weights, and end to end."""
 
+import copy
 import json
 import os
 from dataclasses import asdict
@@ -20,10 +21,11 @@ from conftest import (
 )
 from torch import nn
 
+import ppo_atari_envpool
 import ppo_ewma_atari
 from ppo_atari_envpool import Args as PPOArgs
 from ppo_atari_envpool import ppo_loss
-from ppo_ewma_atari import adapted_step_size, ewma_update, ppo_ewma_loss
+from ppo_ewma_atari import Phase, adapted_step_size, ewma_update, ppo_ewma_loss
 
 SCRIPT = "ppo_ewma_atari.py"
 
@@ -34,13 +36,13 @@ def test_loss_with_proximal_equal_to_behaviour_is_ppo_loss(seed, norm_adv):
     generator = torch.Generator().manual_seed(seed)
     draw = lambda: torch.randn(64, generator=generator)  # noqa: E731
     new_logprob, new_value, entropy = draw() * 0.3 - 1, draw(), draw().abs()
-    minibatch = {"logprobs": draw() * 0.3 - 1, "advantages": draw(), "values": draw(), "returns": draw(),
-                 "valid": (torch.rand(64, generator=generator) > 0.1).float()}  # fmt: skip
-    minibatch |= ppo_ewma_atari.minibatch_statistics(minibatch)
+    minibatch = {"logprobs": draw() * 0.3 - 1, "advantages": draw(), "values": draw(), "returns": draw()}
+    minibatch["valid"] = (torch.rand(64, generator=generator) > 0.1).float()
+    statistics = ppo_ewma_atari.minibatch_statistics(minibatch)
     coefficients = dict(clip_coef=0.1, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=norm_adv)
-    ppo, ppo_stats = ppo_loss(new_logprob, new_value, entropy, minibatch, **coefficients)
-    ewma, ewma_stats = ppo_ewma_loss(new_logprob, minibatch["logprobs"], new_value, entropy, minibatch,
-                                     importance_weight_cap=100.0, **coefficients)  # fmt: skip
+    ppo, ppo_stats = ppo_loss(new_logprob, new_value, entropy, minibatch, statistics, **coefficients)
+    minibatch["proximal_logprobs"] = minibatch["logprobs"]
+    ewma, ewma_stats = ppo_ewma_loss(new_logprob, new_value, entropy, minibatch, statistics, weight_cap=100.0, **coefficients)
     assert ewma.item() == ppo.item()  # exactly, not approximately
     for name in ppo_stats:
         assert ewma_stats[name].item() == pytest.approx(ppo_stats[name].item(), abs=1e-7), name
@@ -48,15 +50,36 @@ def test_loss_with_proximal_equal_to_behaviour_is_ppo_loss(seed, norm_adv):
 
 def test_importance_weight_is_capped_and_carries_no_gradient():
     new = torch.zeros(1, requires_grad=True)
-    minibatch = {"logprobs": torch.full((1,), -10.0), "advantages": torch.ones(1), "values": torch.zeros(1),
-                 "returns": torch.zeros(1), "valid": torch.ones(1)}  # fmt: skip
-    minibatch |= ppo_ewma_atari.minibatch_statistics(minibatch)
-    loss, _ = ppo_ewma_loss(new, torch.zeros(1), torch.zeros(1), torch.zeros(1), minibatch, clip_coef=0.2, clip_vloss=False,
-                            ent_coef=0.0, vf_coef=0.0, norm_adv=False, importance_weight_cap=100.0)  # fmt: skip
+    minibatch = {"logprobs": torch.full((1,), -10.0), "proximal_logprobs": torch.zeros(1), "advantages": torch.ones(1)}
+    minibatch |= {"values": torch.zeros(1), "returns": torch.zeros(1), "valid": torch.ones(1)}
+    statistics = ppo_ewma_atari.minibatch_statistics(minibatch)
+    coefficients = dict(clip_coef=0.2, clip_vloss=False, ent_coef=0.0, vf_coef=0.0, norm_adv=False, weight_cap=100.0)
+    loss, _ = ppo_ewma_loss(new, torch.zeros(1), torch.zeros(1), minibatch, statistics, **coefficients)
     # pi_prox / pi_behavior = e^10 ~ 22026 is capped at 100; r_prox = 1 -> loss = -100 * A
     assert loss.item() == pytest.approx(-100.0)
     loss.backward()
     assert new.grad.item() == pytest.approx(-100.0)  # d/dnew of -w * exp(new - prox) at r = 1
+
+
+def test_gradients_with_the_proximal_network_equal_to_the_agent_are_ppos():
+    """compute_gradients on a minibatch that the agent itself collected, with a proximal network equal to it:
+    pi_prox = pi_behavior = pi_theta, so the statistics and the gradient are ppo_atari_envpool.compute_gradients'."""
+    torch.manual_seed(0)
+    agent = ppo_ewma_atari.Agent(4, False)
+    ppo_agent = copy.deepcopy(agent)
+    obs = torch.randint(0, 255, (6, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        actions, logprobs, _, values, _ = agent.get_action_and_value(obs)
+    minibatch = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values, "returns": torch.randn(6)}
+    minibatch |= {"advantages": torch.randn(6), "valid": torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 1.0])}
+    statistics, clip_coef = ppo_ewma_atari.minibatch_statistics(minibatch), torch.tensor(0.1)
+    proximal = copy.deepcopy(agent)
+    stats = ppo_ewma_atari.compute_gradients(agent, proximal, minibatch, statistics, ppo_ewma_atari.Args(), clip_coef)
+    ppo_stats = ppo_atari_envpool.compute_gradients(ppo_agent, minibatch, statistics, PPOArgs(), clip_coef)
+    for name in ppo_stats:
+        assert stats[name].item() == pytest.approx(ppo_stats[name].item(), abs=1e-6), name
+    for parameter, ppo_parameter in zip(agent.parameters(), ppo_agent.parameters(), strict=True):
+        assert torch.allclose(parameter.grad, ppo_parameter.grad, atol=1e-6)
 
 
 def linear_model(value):
@@ -108,8 +131,8 @@ def test_adapted_centre_of_mass_rises_when_the_ddr_is_under_the_target_and_stays
 
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
-    result = run_script(SCRIPT, *tiny_ppo_flags, "--runs-dir", str(tmp_path), "--ewma-com", "4", "--checkpoint-interval", "4",
-                        "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video")  # fmt: skip
+    flags = ["--ewma-com", "4", "--checkpoint-interval", "4", "--save-model", "--save-embeddings", "--capture-video"]
+    result = run_script(SCRIPT, *tiny_ppo_flags, "--runs-dir", str(tmp_path), *flags, "--embeddings-per-iteration", "10")
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     scalars = read_scalars(run_dir)
@@ -121,16 +144,15 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     checkpoint = check_run_artifacts(
         run_dir, "ppo_ewma_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
     )
-    assert checkpoint["ewma_weight_sum"] > 1.0
+    assert checkpoint["ewma_weight_sum"] > 1.0 and (checkpoint["ewma_com"], checkpoint["clip_coef"]) == (4.0, 0.1)
     assert set(checkpoint["proximal"]) == set(checkpoint["model"])
 
 
 def test_schedule_phases_and_ddr_target_by_step():
-    args = ppo_ewma_atari.validate_and_derive(ppo_ewma_atari.Args(
-        schedule="0:8x128,0.5:32x32,0.8:128x16", minibatch_size=256, total_timesteps=10_000, target_ddr=100.0,
-        target_ddr_final=10_000.0, runs_dir="/tmp"))  # fmt: skip
+    schedule = dict(schedule="0:8x128,0.5:32x32,0.8:128x16", minibatch_size=256, total_timesteps=10_000)
+    args = ppo_ewma_atari.validate_and_derive(ppo_ewma_atari.Args(**schedule, target_ddr=100.0, target_ddr_final=10_000.0))
     assert args.phases == [(0, 8, 128), (5000, 32, 32), (8000, 128, 16)]
-    assert ppo_ewma_atari.phase_at(args, 8000) == (128, 16, 256)  # a fixed minibatch size stays
+    assert ppo_ewma_atari.phase_at(args, 8000) == Phase(128, 16, 256)  # a fixed minibatch size stays
     assert (args.num_iterations, args.planned_steps, args.num_envs, args.num_steps) == (8, 8192, 8, 128)
     assert ppo_ewma_atari.learning_rate(args, 8, 4096) == pytest.approx(2.5e-4 / 2)  # annealed over the planned steps
     assert ppo_ewma_atari.target_ddr(args, 4096) == pytest.approx(1000.0)  # geometric: halfway, a factor of 10
@@ -150,8 +172,8 @@ def test_sigterm_and_resume_keep_the_proximal_policy_and_the_adapted_centre_of_m
     and resumed, every iteration logs its phase's sizes once, the centre of mass only falls, each value the last one
     adapted to its DDR (the checkpoint carries it and the EWMA weight sum), and the run ends at the 15 full batches
     that fit, step 480."""
-    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.5:4x8", "--target-ddr", "1000",
-             "--adapt", "ewma-com"]  # fmt: skip
+    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.5:4x8"]
+    flags += ["--target-ddr", "1000", "--adapt", "ewma-com"]
     flags[flags.index("--total-timesteps") + 1] = "500"
     interrupt_with_sigterm(SCRIPT, flags)
     run_dir = only_run_dir(tmp_path)
@@ -161,6 +183,10 @@ def test_sigterm_and_resume_keep_the_proximal_policy_and_the_adapted_centre_of_m
     coms_before = [value for _, value in read_scalars(run_dir)["charts/ewma_com"]]
     assert len(coms_before) == interrupted["iteration"]
     assert interrupted["ewma_weight_sum"] == pytest.approx(ewma_weight_sum(coms_before), rel=1e-6)
+    # The adapted centre of mass is loop state: the checkpoint carries the next iteration's, its args the flag as given.
+    ddr_before = read_scalars(run_dir)["metrics/ddr"][-1][1]
+    next_com = adapted_step_size(coms_before[-1], ddr_before, 1000, 0.1, (0.5, 512.0), sign=-1)
+    assert interrupted["ewma_com"] == pytest.approx(next_com, rel=1e-6) and interrupted["args"]["ewma_com"] == 8.0
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
@@ -178,13 +204,23 @@ def test_sigterm_and_resume_keep_the_proximal_policy_and_the_adapted_centre_of_m
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == 15 and final["ewma_weight_sum"] == pytest.approx(ewma_weight_sum(coms), rel=1e-6)
 
+    # A checkpoint of an older version (the adapted values in its args, no loop-state keys) resumes from its args' value.
+    older_dir = tmp_path / "older" / "run"
+    os.makedirs(older_dir)
+    older = {key: value for key, value in interrupted.items() if key not in ("ewma_com", "clip_coef")}
+    older["args"] = interrupted["args"] | {"ewma_com": 3.0, "total_timesteps": 32 * (interrupted["iteration"] + 1)}
+    torch.save(older, older_dir / "checkpoint.pt")
+    result = run_script(SCRIPT, "--resume", str(older_dir / "checkpoint.pt"), "--no-cuda")  # one more iteration
+    assert result.returncode == 0, result.stderr
+    assert [value for _, value in read_scalars(str(older_dir))["charts/ewma_com"]] == [3.0]
+
 
 def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path, tiny_ppo_flags):
     """--compile (torch.compile of acting and of the update) changes how the same maths runs, not what is learned:
     on a fixed seed the losses agree up to float rounding (--no-channels-last: in the PPO and Procgen tests)."""
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
-    check_same_losses(monkeypatch, tmp_path, ppo_ewma_atari, flags, {"compiled": ["--compile"]},
-                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
+    tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
+    check_same_losses(monkeypatch, tmp_path, ppo_ewma_atari, flags, {"compiled": ["--compile"]}, tags)
 
 
 @pytest.mark.parametrize(
@@ -233,10 +269,9 @@ def test_bad_flag_from_the_shell(tmp_path, flags):
 # One run over several processes (torchrun, Gloo on the CPU)
 # --------------------------------------------------------------------------------------
 
-TORCHRUN_FLAGS = ["--no-cuda", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
-                  "--total-timesteps", "512", "--max-episode-steps", "40", "--metrics-interval", "2",
-                  "--metrics-batch", "24", "--target-kl", "0.5"]  # fmt: skip
-EWMA_COEFFICIENTS = dict(clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True, importance_weight_cap=1.5)
+TORCHRUN_FLAGS = "--no-cuda --num-envs 4 --num-steps 16 --num-minibatches 2 --update-epochs 2 --total-timesteps 512".split()
+TORCHRUN_FLAGS += "--max-episode-steps 40 --metrics-interval 2 --metrics-batch 24 --target-kl 0.5".split()
+EWMA_COEFFICIENTS = dict(clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True, weight_cap=1.5)
 
 
 def reduction_worker(rank, init_file, leaves, data, out_path):
@@ -245,9 +280,8 @@ def reduction_worker(rank, init_file, leaves, data, out_path):
     rows = (slice(0, 4), slice(4, 7))[rank]
     new_logprob, new_value, entropy = parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # same weights
     minibatch = {name: values[rows] for name, values in data.items()}
-    minibatch |= ppo_ewma_atari.minibatch_statistics(minibatch)  # over both processes
-    loss, stats = ppo_ewma_loss(new_logprob[rows], minibatch["proximal_logprobs"], new_value[rows], entropy[rows],
-                                minibatch, **EWMA_COEFFICIENTS)  # fmt: skip
+    statistics = ppo_ewma_atari.minibatch_statistics(minibatch)  # over both processes
+    loss, stats = ppo_ewma_loss(new_logprob[rows], new_value[rows], entropy[rows], minibatch, statistics, **EWMA_COEFFICIENTS)
     loss.backward()
     ppo_ewma_atari.all_ranks_sum_gradients(parameters)
     summed_stats = {name: ppo_ewma_atari.all_ranks_sum(value) for name, value in stats.items()}
@@ -264,9 +298,7 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
     data["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
     leaves = [torch.randn(7, generator=generator) * 0.3 - 1 for _ in range(3)]  # new log-prob, value, entropy
     whole = [leaf.clone().requires_grad_() for leaf in leaves]
-    loss, stats = ppo_ewma_loss(
-        whole[0], data["proximal_logprobs"], *whole[1:], data | ppo_ewma_atari.minibatch_statistics(data), **EWMA_COEFFICIENTS
-    )
+    loss, stats = ppo_ewma_loss(*whole, data, ppo_ewma_atari.minibatch_statistics(data), **EWMA_COEFFICIENTS)
     loss.backward()
     torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)
     for rank in (0, 1):
@@ -285,8 +317,8 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     assert "weights identical on 2 of 2 processes" in result.stdout  # the agent's and the proximal network's
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
     done = json.load(open(os.path.join(run_dir, "done.json")))
-    assert done == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json"))) == {
-        "global_step": 512, "iterations": 8}  # fmt: skip
+    single_done = json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json")))
+    assert done == single_done == {"global_step": 512, "iterations": 8}
     scalars = read_scalars(run_dir)
     expected = PPO_TAGS | {"metrics/kl_prox"}
     assert expected <= set(scalars), expected - set(scalars)
