@@ -841,8 +841,8 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
 
 @torch.no_grad()
 def record_video(agent: Agent, args: Args, run_dir: str) -> None:
-    """One game of the final policy in EnvPool's Atari (the training preprocessing), rendered to MP4. Not a copy: each
-    script plays its own kind of environment."""
+    """One game of the final policy in EnvPool's Atari (the training preprocessing), rendered to MP4 (each kind of
+    environment has its own version; the Atari scripts copy this one)."""
     from moviepy import ImageSequenceClip  # noqa: PLC0415 - only needed here
 
     options = dict(max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True, render_mode="rgb_array")

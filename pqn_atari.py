@@ -421,6 +421,10 @@ def main() -> None:
                 grad_norms.append(nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm))
                 optimizer.step()
 
+        # Atari's frames are uint8: what could hold a NaN or inf is the rewards and what the update computed
+        losses_and_norms = torch.stack([value for stats in minibatch_stats for value in stats.values()] + grad_norms)
+        stop_if_not_finite(run_dir, iteration, global_step, rewards=rollout["rewards"], losses_or_gradients=losses_and_norms)
+
         # ==== MEASURE AND LOG ====
         charts = {"learning_rate": optimizer.param_groups[0]["lr"], "epsilon": epsilon}  # of the rollout's last step
         charts |= {"num_envs": phase.num_envs, "num_steps": phase.num_steps, "batch_size": phase.batch_size}
@@ -676,6 +680,23 @@ def stop_on_write_error(error: OSError) -> None:
     resume = f"; the last checkpoint is intact: free space, then --resume {checkpoint}" if os.path.isfile(checkpoint) else ""
     sys.stderr.write(f"error: cannot write {error.filename or 'to the run directory'}: {error.strerror or error}{resume}\n")
     sys.exit(1)
+
+
+# Copied from ppo_atari_envpool.stop_if_not_finite
+def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **values: torch.Tensor) -> None:
+    """A NaN or inf in any of `values` (tensors on the training device: one host-device sync for all) ends the run with
+    one line naming them, before a checkpoint can keep weights that it reached; the last checkpoint stays; exit 1."""
+    finite = torch.stack([value.isfinite().all() for value in values.values()]).tolist()
+    if not all(finite):
+        names = " and ".join(name for name, ok in zip(values, finite, strict=True) if not ok)
+        checkpoint = os.path.join(run_dir or "", "checkpoint.pt")
+        kept = (
+            f"; the last checkpoint is unchanged: {checkpoint}"
+            if os.path.isfile(checkpoint)
+            else "; no checkpoint was written"
+        )
+        sys.stderr.write(f"error: non-finite {names} at iteration {iteration} (global step {global_step:,}){kept}\n")
+        sys.exit(1)
 
 
 # Copied from ppo_atari_envpool.restore_checkpoint
