@@ -7,10 +7,11 @@
 PPO with a Gaussian policy (state-independent log-std; sampled actions are clipped to the action bounds, no tanh
 squashing) and the reference Isaac Gym settings of CleanRL's ppo_continuous_action_isaacgym.py (4096 envs x 16 steps,
 4 epochs, 2 minibatches, lr 0.0026, clip 0.2, no entropy bonus, max grad norm 1); observations and rewards normalised
-by running statistics. As in the Atari scripts: EnvPool's reset step (Isaac Gym's tasks reset at the start of the next
-step too) is masked out of the losses, advantages, reward statistics and metrics; the metrics of `metrics.py` every
-`--metrics-interval` iterations, with the Gaussian definitions (policy variance over means and stds, exact Gaussian KL
-for DDR); `--separate-networks`, `--minibatch-size` and `--lr-scaling` for the study's sweeps; checkpoints and `--resume`.
+by running statistics; the simulators' adapters in `continuous_tasks.py`. As in the Atari scripts: EnvPool's reset
+step (Isaac Gym's tasks reset at the start of the next step too) is masked out of the losses, advantages, reward
+statistics and metrics; the metrics of `metrics.py` every `--metrics-interval` iterations, with the Gaussian definitions
+(policy variance over means and stds, exact Gaussian KL for DDR); `--separate-networks`, `--minibatch-size` and
+`--lr-scaling` for the study's sweeps; checkpoints and `--resume`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 from typing import Literal
 
-import envpool
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -42,6 +42,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 import metrics
+from continuous_tasks import choose_simulator, make_tasks
 
 # Set by torchrun in each of its processes; a plain run is process 0 of 1.
 RANK, LOCAL_RANK = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
@@ -50,44 +51,13 @@ WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment (part of the run directory name)"""
-    seed: int = 1
-    """seed of the experiment (torch and the environments)"""
-    torch_deterministic: bool = True
-    """set `torch.backends.cudnn.deterministic`"""
-    cuda: bool = True
-    """use CUDA when available (falls back to the CPU with a notice)"""
-    track: bool = False
-    """also log to Weights & Biases (TensorBoard is always written; WANDB_MODE=offline works)"""
-    wandb_project_name: str = "parallel-data-collection"
-    """the Weights & Biases project"""
-    wandb_entity: str | None = None
-    """the Weights & Biases entity (team)"""
-    runs_dir: str = "runs"
-    """folder that holds the run directories"""
-    save_model: bool = False
-    """save the final model and normalisers to runs/.../{exp_name}.cleanrl_model"""
-    checkpoint_interval: int = 0
-    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
-    resume: str | None = None
-    """path of a checkpoint.pt to continue from (its run's flags are used)"""
-    # Speed (none of these changes what is learned, up to float rounding)
-    torch_threads: int | None = None
-    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
-    fused_adam: bool = True
-    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
-    reuse_host_memory: bool = True
-    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
-    compile: bool = False
-    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
-    cudagraphs: bool = False
-    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
-    # Environment
+    # The study: environment and data collection
     env_id: str = "Ant"
     """task: Ant or Humanoid on every backend; another Isaac Gym task (ShadowHand, ...) or EnvPool id (Hopper-v5, ...)"""
     backend: Literal["auto", "isaacgym", "mjwarp", "envpool"] = "auto"
     """simulator: auto = Isaac Gym if installed and it has the task, else MuJoCo Warp on a GPU (Ant, Humanoid), else EnvPool"""
+    seed: int = 1
+    """seed of the experiment (torch and the environments)"""
     total_timesteps: int = 30_000_000
     """total environment steps"""
     max_episode_steps: int | None = None
@@ -96,7 +66,7 @@ class Args:
     """N_envs: parallel environments"""
     num_steps: int = 16
     """N_RO: rollout length per environment and iteration"""
-    # Optimisation
+    # The algorithm
     learning_rate: float = 0.0026
     """Adam learning rate (before --lr-scaling)"""
     lr_scaling: Literal["none", "sqrt", "linear", "inverse"] = "none"
@@ -148,12 +118,52 @@ class Args:
     """on metrics iterations save penultimate features and values to runs/.../embeddings.npz"""
     embeddings_per_iteration: int = 256
     """states saved per metrics iteration with --save-embeddings"""
+    # Run, logging and checkpoints
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """name of this experiment (part of the run directory name)"""
+    runs_dir: str = "runs"
+    """folder that holds the run directories"""
+    track: bool = False
+    """also log to Weights & Biases (TensorBoard is always written; WANDB_MODE=offline works)"""
+    wandb_project_name: str = "parallel-data-collection"
+    """the Weights & Biases project"""
+    wandb_entity: str | None = None
+    """the Weights & Biases entity (team)"""
+    save_model: bool = False
+    """save the final model and normalisers to runs/.../{exp_name}.cleanrl_model"""
+    checkpoint_interval: int = 0
+    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
+    resume: str | None = None
+    """path of a checkpoint.pt to continue from (its run's flags are used)"""
+    # Speed: none of these changes what is learned, up to float rounding
+    cuda: bool = True
+    """use CUDA when available (falls back to the CPU with a notice)"""
+    torch_deterministic: bool = True
+    """set `torch.backends.cudnn.deterministic`"""
+    torch_threads: int | None = None
+    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    fused_adam: bool = True
+    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    reuse_host_memory: bool = True
+    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
+    compile: bool = False
+    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
+    cudagraphs: bool = False
+    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
     # Derived after validation (not flags)
     batch_size: tyro.conf.Suppress[int] = 0
     num_iterations: tyro.conf.Suppress[int] = 0
-    scaled_learning_rate: tyro.conf.Suppress[float] = 0.0
+    scaled_learning_rate: tyro.conf.Suppress[float] = 0.0  # the LR after --lr-scaling, before annealing
+
+    @property
+    def planned_steps(self) -> int:  # of the num_iterations full batches; not a field, so older checkpoints still resume
+        return self.num_iterations * self.batch_size
 
 
+# ======================================================================================================================
+# ALGORITHM: the network, the maths of an iteration and the training loop. Change these to make a variant.
+# ======================================================================================================================
+# Copied from ppo_atari_envpool.layer_init
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -162,11 +172,8 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 def mlp(obs_dim: int) -> nn.Sequential:
     """The reference Isaac Gym PPO's encoder: 3 tanh layers of 256 units; the last output is the penultimate feature."""
-    return nn.Sequential(
-        layer_init(nn.Linear(obs_dim, 256)), nn.Tanh(),
-        layer_init(nn.Linear(256, 256)), nn.Tanh(),
-        layer_init(nn.Linear(256, 256)), nn.Tanh(),
-    )  # fmt: skip
+    sizes = [(obs_dim, 256), (256, 256), (256, 256)]
+    return nn.Sequential(*[layer for i, o in sizes for layer in (layer_init(nn.Linear(i, o)), nn.Tanh())])
 
 
 class Agent(nn.Module):
@@ -197,43 +204,15 @@ class Agent(nn.Module):
         return action, distribution.log_prob(action).sum(-1), distribution.entropy().sum(-1), value, mean
 
 
-@torch.no_grad()
-def measure_agent(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavior_mean: torch.Tensor,
-                  behavior_std: torch.Tensor, batch_size: int, dormant_tau: float) -> dict[str, float]:  # fmt: skip
-    """The metrics/ tags that need a forward pass, after the update, on the metrics batch: ratios and the exact
-    Gaussian KL compare the updated policy with the policy that collected the rollout (its mean and std per state)."""
-    with metrics.hidden_activations(agent, nn.Tanh) as activations:  # every hidden tanh output, for the dormant neurons
-        actor_features, critic_features = agent.features(obs)
-    mean = agent.actor_mean(actor_features)
-    std = agent.actor_logstd.exp().expand_as(mean)
-    measured = {
-        "feature_rank": metrics.feature_rank(actor_features),
-        "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
-        "weight_norm": metrics.weight_norm(agent.parameters()),
-        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
-        **metrics.gaussian_policy_change(mean, std, behavior_mean, behavior_std, actions, batch_size),
-    }
-    if agent.critic_encoder is not None:
-        measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
-    return measured
-
-
-@torch.no_grad()
-def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
-    """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
-    features, critic_features = agent.features(obs)
-    values = agent.critic(critic_features).squeeze(-1)
-    return {"features": features.cpu().numpy().astype(np.float16), "values": values.cpu().numpy(),
-            "iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}  # fmt: skip
-
-
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
+# Copied from ppo_atari_envpool.reset_step_mask
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
-    return 1.0 - previous_done.float()
+    return 1.0 - previous_done
 
 
+# Copied from ppo_atari_envpool.compute_gae
 def compute_gae(rewards, values, terminations, truncations, valid, next_value, gamma: float, gae_lambda: float):
     """GAE(lambda) advantages and returns over a (T, N) rollout with reset steps masked (next_value: (N,)).
 
@@ -254,19 +233,10 @@ def compute_gae(rewards, values, terminations, truncations, valid, next_value, g
     return advantages, advantages + values
 
 
-def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
-    """The sum of x over the processes of a torchrun run; x itself in a single process."""
-    if dist.is_initialized():
-        x = x.clone()
-        dist.all_reduce(x)
-    return x
-
-
 # Copied from ppo_atari_envpool.minibatch_statistics
 def minibatch_statistics(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every process
-    of a torchrun run in one collective (sums in float64). The loss divides by them, so that it holds no collective,
-    which a compiled graph or a CUDA graph would capture."""
+    """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every
+    process of a torchrun run in one collective (sums in float64): what the loss divides by and normalises with."""
     mask, advantages = minibatch["valid"].double(), minibatch["advantages"].double()
     sums = all_ranks_sum(torch.stack([mask.sum(), (mask * advantages).sum(), (mask * advantages.square()).sum()]))
     count = sums[0].clamp(min=1.0)
@@ -283,27 +253,16 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> tor
     return (x * mask).sum() / count
 
 
-# Copied from ppo_atari_envpool.all_ranks_sum_gradients
-def all_ranks_sum_gradients(parameters) -> None:
-    """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
-    share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
-    if not dist.is_initialized():
-        return
-    gradients = [parameter.grad for parameter in parameters]
-    flat = torch.cat([gradient.flatten() for gradient in gradients])
-    dist.all_reduce(flat)
-    for gradient, summed in zip(gradients, flat.split([gradient.numel() for gradient in gradients]), strict=True):
-        gradient.copy_(summed.view_as(gradient))
-
-
-def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor], *, clip_coef: float, clip_vloss: bool,
-             ent_coef: float, vf_coef: float, norm_adv: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # fmt: skip
-    """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages,
-    returns and valid (the reset-step mask: entries with 0 do not count)."""
+# Copied from ppo_atari_envpool.ppo_loss
+def ppo_loss(
+    new_logprob, new_value, entropy, minibatch, statistics, *, clip_coef, clip_vloss, ent_coef, vf_coef, norm_adv
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages, returns and valid (the
+    reset-step mask: entries with 0 do not count); `statistics` the `minibatch_statistics` of those."""
     mask, advantages, returns, old_value = (minibatch[k] for k in ("valid", "advantages", "returns", "values"))
-    count = minibatch["valid_count"]
+    count = statistics["valid_count"]
     if norm_adv:
-        advantages = (advantages - minibatch["advantage_mean"]) / (minibatch["advantage_std"] + 1e-8)
+        advantages = (advantages - statistics["advantage_mean"]) / (statistics["advantage_std"] + 1e-8)
     log_ratio = new_logprob - minibatch["logprobs"]
     ratio = log_ratio.exp()
     clipped_ratio = ratio.clamp(1 - clip_coef, 1 + clip_coef)
@@ -315,17 +274,18 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
     value_loss = 0.5 * masked_mean(value_error, mask, count)
     entropy_loss = masked_mean(entropy, mask, count)
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * value_loss
-    stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
-             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask, count),  # Schulman's k3 estimator
-             "clipfrac": masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)}  # fmt: skip
+    stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss}
+    stats["approx_kl"] = masked_mean((ratio - 1) - log_ratio, mask, count)  # Schulman's k3 estimator
+    stats["clipfrac"] = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
-def minibatch_backward(agent: Agent, minibatch: dict[str, torch.Tensor], args: Args) -> dict[str, torch.Tensor]:
-    """Forward pass, PPO loss and backward pass of one minibatch (one compiled graph with --compile); the loss statistics."""
+def compute_gradients(agent: Agent, minibatch: dict, statistics: dict, args: Args) -> dict:
+    """Forward pass, PPO loss and backward pass of one minibatch into the parameters' .grad (one compiled graph with
+    --compile); returns the loss statistics. Not a copy: the clipping epsilon is --clip-coef (no --target-ddr here)."""
     _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
-    loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, clip_coef=args.clip_coef, clip_vloss=args.clip_vloss,
-                           ent_coef=args.ent_coef, vf_coef=args.vf_coef, norm_adv=args.norm_adv)  # fmt: skip
+    coefficients = {name: getattr(args, name) for name in ("clip_coef", "clip_vloss", "ent_coef", "vf_coef", "norm_adv")}
+    loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, statistics, **coefficients)
     loss.backward()
     return stats
 
@@ -382,6 +342,46 @@ def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningM
     return scaled, discounted_return * (1.0 - dones)
 
 
+# ---- The outer loop: the learning rate ----
+# Copied from ppo_atari_envpool.learning_rate
+def learning_rate(args: Args, num_envs: int, step: int) -> float:
+    """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
+    k = num_envs / args.lr_reference_envs
+    scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
+    return scaled * (1 - step / args.planned_steps) if args.anneal_lr else scaled
+
+
+# ---- Measurements after the update (the functions themselves are in metrics.py) ----
+@torch.no_grad()
+def measure_agent(agent: Agent, obs, actions, behavior_mean, behavior_std, batch_size: int, dormant_tau: float) -> dict:
+    """The metrics/ tags that need a forward pass, after the update, on the metrics batch: ratios and the exact
+    Gaussian KL compare the updated policy with the policy that collected the rollout (its mean and std per state)."""
+    with metrics.hidden_activations(agent, nn.Tanh) as activations:  # every hidden tanh output, for the dormant neurons
+        actor_features, critic_features = agent.features(obs)
+    mean = agent.actor_mean(actor_features)
+    std = agent.actor_logstd.exp().expand_as(mean)  # the same for every state
+    measured = {
+        "feature_rank": metrics.feature_rank(actor_features),
+        "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
+        "weight_norm": metrics.weight_norm(agent.parameters()),
+        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
+        **metrics.gaussian_policy_change(mean, std, behavior_mean, behavior_std, actions, batch_size),
+    }
+    if agent.critic_encoder is not None:
+        measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
+    return measured
+
+
+# Copied from ppo_atari_envpool.embed
+@torch.no_grad()
+def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
+    """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
+    features, critic_features = agent.features(obs)
+    values = agent.critic(critic_features).squeeze(-1).cpu().numpy()
+    steps = {"iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}
+    return {"features": features.cpu().numpy().astype(np.float16), "values": values, **steps}
+
+
 def main() -> None:
     args, checkpoint = parse_args()
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
@@ -391,24 +391,18 @@ def main() -> None:
 
     # A resumed run starts new episodes from another env seed: the simulators' state cannot be saved.
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
-    seed = args.seed + start_iteration - 1 + RANK * num_envs
-    if args.backend == "mjwarp":  # the project's adapter for Gymnasium's tasks on MuJoCo Warp; it imports Warp
-        from mujoco_warp_tasks import WarpTasks  # noqa: PLC0415
-
-        envs = WarpTasks(args.env_id, num_envs, seed, device, args.max_episode_steps)
-    else:
-        envs = (IsaacGymTasks if args.backend == "isaacgym" else EnvPoolTasks)(args, num_envs, seed, device)
+    envs = make_tasks(args, num_envs, args.seed + start_iteration - 1 + RANK * num_envs, device)
     (obs_dim,), (action_dim,) = envs.observation_space.shape, envs.action_space.shape
     bounds = torch.as_tensor(np.stack([envs.action_space.low, envs.action_space.high]), dtype=torch.float32, device=device)
     agent = Agent(obs_dim, action_dim, args.separate_networks).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
-    act, backward = agent.get_action_and_value, minibatch_backward
+    act, update = agent.get_action_and_value, compute_gradients
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
         torch._inductor.config.fallback_random = True  # the eager path's random numbers: a seed draws the same actions
-        act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
+        act, update = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, update))
     obs_rms, return_rms = RunningMeanStd((obs_dim,)).to(device), RunningMeanStd().to(device)
-    modules = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms}
-    global_step = restore_checkpoint(checkpoint, **modules) if checkpoint else 0
+    state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": return_rms}  # with the counters
+    global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
     if WORLD_SIZE > 1:  # process 0's initial weights everywhere (a simulator may reseed torch), each its own action noise
         for parameter in agent.parameters():
             dist.broadcast(parameter.detach(), src=0)
@@ -417,24 +411,21 @@ def main() -> None:
     # Rollout storage on the training device: normalised observations, unclipped actions, the behaviour policy's means.
     size = (args.num_steps, num_envs)
     widths = {"obs": obs_dim, "actions": action_dim, "means": action_dim}
-    rollout = {name: torch.zeros(size + (width,), device=device) for name, width in widths.items()}
+    rollout = {name: torch.zeros((*size, width), device=device) for name, width in widths.items()}
     for name in ("logprobs", "values", "rewards", "terminations", "truncations", "valid"):
         rollout[name] = torch.zeros(size, device=device)
-    finished = torch.zeros(size + (2,), device=device)  # (return, length) of the episodes that end at each step
-
+    finished = torch.zeros((*size, 2), device=device)  # (return, length) of the episodes that end at each step
     next_obs = normalise_observations(envs.reset(), obs_rms, args.obs_clip)
     next_done = torch.zeros(num_envs, device=device)
     discounted_return = torch.zeros(num_envs, device=device)  # for the reward scaling
     episode = torch.zeros(num_envs, 2, device=device)  # raw return and length of the running episodes
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step = time.time(), global_step
+    start_time, start_step, iteration = time.time(), global_step, start_iteration - 1
 
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = args.scaled_learning_rate * (1 - (iteration - 1) / args.num_iterations)
+        # ==== COLLECT ROLLOUT: N_RO steps of N_envs environments with the current policy ====
         behavior_std = agent.actor_logstd.detach().exp()  # the same for every state of the rollout
-
         rollout_start_step = global_step
         for step in range(args.num_steps):
             global_step += args.num_envs
@@ -448,8 +439,8 @@ def main() -> None:
             raw_obs, reward, rollout["terminations"][step], rollout["truncations"][step] = envs.step(action.clamp(*bounds))
             next_obs = normalise_observations(raw_obs, obs_rms, args.obs_clip)
             next_done = torch.maximum(rollout["terminations"][step], rollout["truncations"][step])
-            rollout["rewards"][step], discounted_return = scale_rewards(reward, valid, next_done, discounted_return,
-                                                                        return_rms, args.gamma, args.reward_clip)  # fmt: skip
+            scaled = scale_rewards(reward, valid, next_done, discounted_return, return_rms, args.gamma, args.reward_clip)
+            rollout["rewards"][step], discounted_return = scaled
             # Real transitions only (Isaac Gym's reset step has a reward); read back once per iteration, not per step.
             episode += torch.stack([reward, torch.ones_like(reward)], dim=-1) * valid[:, None]
             finished[step] = episode * next_done[:, None]
@@ -458,47 +449,42 @@ def main() -> None:
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
 
-        ended = torch.maximum(rollout["terminations"], rollout["truncations"]).bool()
-        steps = (rollout_start_step + (ended.nonzero()[:, 0] + 1) * args.num_envs).tolist()
-        for step, (episode_return, length) in all_ranks_list(list(zip(steps, finished[ended].tolist(), strict=True))):
-            writer.add_scalar("charts/episodic_return", episode_return, step)
-            writer.add_scalar("charts/episodic_length", length, step)
-            recent_returns.append(episode_return)
-
+        # ==== ADVANTAGES: GAE(lambda), the reset steps masked ====
         with torch.no_grad():
             next_value = agent.get_value(next_obs)
-            rollout["advantages"], rollout["returns"] = compute_gae(
-                rollout["rewards"], rollout["values"], rollout["terminations"], rollout["truncations"],
-                rollout["valid"], next_value, args.gamma, args.gae_lambda)  # fmt: skip
+            gae_inputs = [rollout[name] for name in ("rewards", "values", "terminations", "truncations", "valid")]
+            rollout["advantages"], rollout["returns"] = compute_gae(*gae_inputs, next_value, args.gamma, args.gae_lambda)
         batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
 
+        # ==== UPDATE: epochs of minibatches; the collectives of torchrun are here, not in the loss ====
+        optimizer.param_groups[0]["lr"] = learning_rate(args, args.num_envs, rollout_start_step)
         measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
         grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
         for _epoch in range(args.update_epochs):
             permutation = torch.randperm(len(batch["obs"]), device=device)
             for start in range(0, len(batch["obs"]), minibatch_size):
                 minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
-                minibatch |= minibatch_statistics(minibatch)  # outside the compiled update: it holds the collective
+                statistics = minibatch_statistics(minibatch)  # one all-reduce under torchrun
                 optimizer.zero_grad()
-                # .clone(): a CUDA graph overwrites its outputs at its next replay
-                stats = {name: value.clone() for name, value in backward(agent, minibatch, args).items()}
+                stats = update(agent, minibatch, statistics, args)
+                minibatch_stats.append({name: value.clone() for name, value in stats.items()})  # a CUDA graph reuses them
                 all_ranks_sum_gradients(agent.parameters())
                 if measure and gradient_kurtosis is None:
                     gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
                 grad_norms.append(nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm))
                 optimizer.step()
-                minibatch_stats.append(stats)
-            if args.target_kl is not None and all_ranks_sum(stats["approx_kl"]) > args.target_kl:
+            if args.target_kl is not None and all_ranks_sum(minibatch_stats[-1]["approx_kl"]) > args.target_kl:
                 break
 
+        # ==== MEASURE AND LOG ====
         valid, charts, measured = batch["valid"].bool(), {"learning_rate": optimizer.param_groups[0]["lr"]}, {}
         losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
         losses["explained_variance"] = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
         if measure:
             valid_index = torch.nonzero(valid).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
-            measured = measure_agent(agent, batch["obs"][sample], batch["actions"][sample], batch["means"][sample],
-                                     behavior_std.expand(len(sample), -1), args.batch_size, args.dormant_tau)  # fmt: skip
+            sampled = [batch[name][sample] for name in ("obs", "actions", "means")] + [behavior_std.expand(len(sample), -1)]
+            measured = measure_agent(agent, *sampled, args.batch_size, args.dormant_tau)
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
             if args.save_embeddings and RANK == 0:
                 embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
@@ -506,106 +492,109 @@ def main() -> None:
         for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
             for name, value in scalars.items():
                 writer.add_scalar(f"{group}/{name}", value, global_step)
+        ended = torch.maximum(rollout["terminations"], rollout["truncations"]).bool()
+        steps = (rollout_start_step + (ended.nonzero()[:, 0] + 1) * args.num_envs).tolist()
+        for step, (episode_return, length) in all_ranks_list(list(zip(steps, finished[ended].tolist(), strict=True))):
+            writer.add_scalar("charts/episodic_return", episode_return, step)
+            writer.add_scalar("charts/episodic_length", length, step)
+            recent_returns.append(episode_return)
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
+        loop_state = {"iteration": iteration, "global_step": global_step}
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
-            save_checkpoint(run_dir, args, iteration, global_step, embeddings, **modules)
+            save_checkpoint(run_dir, args, loop_state, embeddings, **state)
 
-    finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **modules)
+    loop_state = {"iteration": iteration, "global_step": global_step}
+    finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **state)
 
 
-# ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, the two simulators ----
-# (every script of the project has its own copy of this part)
+# ======================================================================================================================
+# PLUMBING: flags, run directory, processes, checkpoints, signals, progress; no need to read it to follow the algorithm.
+# The blocks marked `# Copied from` are the same in every script: `make lint` keeps them identical to their source
+# (change the source, then run `make fix-copies`). The simulators' adapters are in continuous_tasks.py.
+# ======================================================================================================================
+def validate_and_derive(args: Args) -> Args:
+    """Pick the simulator and the task's name there; check every flag before anything is created (one line, exit 2);
+    fill in the derived values. Not a copy: each script has its own flags."""
+    require_signs(
+        args,
+        positive="total_timesteps max_episode_steps num_envs num_steps update_epochs num_minibatches minibatch_size "
+        "lr_reference_envs metrics_batch embeddings_per_iteration learning_rate adam_eps clip_coef max_grad_norm target_kl "
+        "obs_clip reward_clip torch_threads",
+        non_negative="checkpoint_interval metrics_interval ent_coef vf_coef dormant_tau",
+    )
+    require(0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}")
+    require(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}")
+    gpu = args.cuda and torch.cuda.is_available()
+    require(not args.cudagraphs or (args.compile and gpu), "--cudagraphs needs --compile and CUDA")
+    require((problem := choose_simulator(args, gpu)) is None, problem)  # sets args.backend and args.env_id
+    args.batch_size = args.num_envs * args.num_steps
+    minibatch_size = args.minibatch_size or args.batch_size // args.num_minibatches
+    split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
+    require(
+        minibatch_size > 0 and args.batch_size % minibatch_size == 0,
+        f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches",
+    )
+    require(
+        args.total_timesteps >= args.batch_size,
+        f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})",
+    )
+    require(
+        args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
+        f"--num-envs {args.num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes",
+    )
+    args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
+    args.num_iterations = args.total_timesteps // args.batch_size
+    args.scaled_learning_rate = learning_rate(args, args.num_envs, 0)
+    return args
+
+
+# Copied from ppo_atari_envpool.fail
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
     sys.exit(2)
 
 
+# Copied from ppo_atari_envpool.require
+def require(ok: bool, message: str) -> None:
+    """fail(message) unless ok."""
+    if not ok:
+        fail(message)
+
+
+# Copied from ppo_atari_envpool.require_signs
+def require_signs(args: Args, positive: str, non_negative: str) -> None:
+    """The flags named in `positive` (None allowed: not given) must be > 0, those in `non_negative` >= 0."""
+    for name in positive.split():
+        value = getattr(args, name)
+        require(value is None or value > 0, f"--{name.replace('_', '-')} must be > 0, got {value}")
+    for name in non_negative.split():
+        require(getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+
+
+# Copied from ppo_atari_envpool.parse_args
 def parse_args() -> tuple[Args, dict | None]:
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
-    # Flags that say how to run, not what to learn: on --resume only these come from the command line.
-    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "save_model", "checkpoint_interval", "torch_threads",
-               "fused_adam", "reuse_host_memory", "compile", "cudagraphs")  # fmt: skip
+    # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
+    runtime = {field.name for field in fields(Args)} & set(
+        "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
+        "channels_last fused_adam reuse_host_memory compile cudagraphs".split()
+    )
     if args.resume is not None:
-        if not os.path.isfile(args.resume):
-            fail(f"--resume {args.resume!r}: no such checkpoint file")
+        require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
         try:
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        if not isinstance(checkpoint, dict) or {*checkpoint.get("args", ()), *runtime} != {f.name for f in fields(Args)}:
-            fail(f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
+        ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
+        require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
     return validate_and_derive(args), checkpoint
 
 
-def validate_and_derive(args: Args) -> Args:
-    """Pick the simulator and the task's name there; check every flag before anything is created (one line,
-    exit 2); fill in the derived values."""
-    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
-    positive = ("total_timesteps", "max_episode_steps", "num_envs", "num_steps", "update_epochs", "num_minibatches",
-                "minibatch_size", "lr_reference_envs", "metrics_batch", "embeddings_per_iteration", "learning_rate",
-                "adam_eps", "clip_coef", "max_grad_norm", "target_kl", "obs_clip", "reward_clip", "torch_threads")  # fmt: skip
-    non_negative = ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau")
-    isaacgym = all(importlib.util.find_spec(name) for name in ("isaacgym", "isaacgymenvs"))
-    mjwarp = all(importlib.util.find_spec(name) for name in ("mujoco_warp", "warp"))
-    tasks = importlib.import_module("isaacgymenvs.tasks").isaacgym_task_map if isaacgym and args.backend != "envpool" else {}
-    # Ant and Humanoid name the same task on every simulator, so that one sweep runs anywhere: Isaac Gym's tasks, and
-    # Gymnasium's Ant-v5 and Humanoid-v5 on MuJoCo Warp and EnvPool.
-    task = args.env_id.removesuffix("-v5") if args.env_id in ("Ant-v5", "Humanoid-v5") else args.env_id
-    gpu = args.cuda and torch.cuda.is_available()
-    if args.backend == "auto":  # MuJoCo Warp on a CPU is far slower than EnvPool
-        auto_warp = mjwarp and gpu and task in MJWARP_TASKS and warp_gpu_problem() is None
-        args.backend = "isaacgym" if task in tasks else "mjwarp" if auto_warp else "envpool"
-    args.env_id = task if args.backend != "envpool" else {"Ant": "Ant-v5", "Humanoid": "Humanoid-v5"}.get(task, task)
-    args.batch_size = args.num_envs * args.num_steps
-    minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
-    split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
-    value = lambda name: getattr(args, name)  # noqa: E731
-    checks = [(value(name) is None or value(name) > 0, f"{flag(name)} must be > 0, got {value(name)}") for name in positive]
-    checks += [(value(name) >= 0, f"{flag(name)} must be >= 0, got {value(name)}") for name in non_negative]
-    checks += [
-        (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
-        (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
-        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
-         "--cudagraphs needs --compile and CUDA"),
-        (args.backend != "isaacgym" or isaacgym,
-         "--backend isaacgym: Isaac Gym is not installed (it is not on PyPI): download Isaac Gym Preview 4 from "
-         "https://developer.nvidia.com/isaac-gym, `pip install -e isaacgym/python`, then `pip install -e .` in a clone of "
-         "https://github.com/isaac-sim/IsaacGymEnvs; or run the MuJoCo counterpart with --backend envpool"),
-        (args.backend != "isaacgym" or args.env_id in tasks,
-         f"--env-id {args.env_id!r} is not an Isaac Gym task (known: {', '.join(sorted(tasks))})"),
-        (args.backend != "isaacgym" or args.max_episode_steps is None,
-         "--max-episode-steps applies to --backend envpool and mjwarp (Isaac Gym tasks set their own episode length)"),
-        (args.backend != "mjwarp" or mjwarp,
-         "--backend mjwarp: MuJoCo Warp is not installed: pip install mujoco-warp==4.0.0 warp-lang==1.19.0 (or make setup)"),
-        (args.backend != "mjwarp" or args.env_id in MJWARP_TASKS,
-         f"--env-id {args.env_id!r} is not a MuJoCo Warp task (known: {', '.join(MJWARP_TASKS)})"),
-        (args.backend != "envpool" or envpool.registration.registry.specs.get(args.env_id, ("",))[0] == "envpool.mujoco.gym",
-         f"--env-id {args.env_id!r} is not an EnvPool MuJoCo task (e.g. Ant-v5, Humanoid-v5, HalfCheetah-v5, Hopper-v5, "
-         f"Walker2d-v5){'' if isaacgym else '; Isaac Gym tasks need Isaac Gym installed'}"),
-        (minibatch_size > 0 and args.batch_size % minibatch_size == 0,
-         f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches"),
-        (args.total_timesteps >= args.batch_size,
-         f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})"),
-        (args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
-         f"--num-envs {args.num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"),
-    ]  # fmt: skip
-    for ok, message in checks:
-        if not ok:
-            fail(message)
-    if args.backend == "mjwarp" and gpu and (problem := warp_gpu_problem()):
-        fail(problem)
-    args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
-    args.num_iterations = args.total_timesteps // args.batch_size
-    k = args.num_envs / args.lr_reference_envs  # paper Fig. 11
-    lr_factor = {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
-    args.scaled_learning_rate = args.learning_rate * lr_factor
-    return args
-
-
+# Copied from ppo_atari_envpool.start_run
 def start_run(args: Args, checkpoint: dict | None):
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
@@ -642,20 +631,21 @@ def start_run(args: Args, checkpoint: dict | None):
         import wandb  # noqa: PLC0415 - optional at run time
 
         name = os.path.basename(run_dir)
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
-                   name=name, id=name, resume="allow", dir=run_dir, save_code=True)  # fmt: skip
+        wandb_run = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=name, id=name, dir=run_dir)
+        wandb.init(**wandb_run, sync_tensorboard=True, config=asdict(args), resume="allow", save_code=True)
     writer = SummaryWriter(run_dir)
     if not checkpoint:
         table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     # Steps, SPS, ETA, recent return: live on a terminal, a plain line every 30 s in a log file.
-    live = sys.stdout.isatty()
     log_lines = SimpleNamespace(write=lambda text: text.strip() and print(text.strip(), flush=True), flush=lambda: None)
-    progress = tqdm(total=args.total_timesteps, initial=checkpoint["global_step"] if checkpoint else 0, unit="step",
-                    unit_scale=True, file=sys.stdout if live else log_lines, mininterval=0.5 if live else 30)  # fmt: skip
+    output = dict(file=sys.stdout, mininterval=0.5) if sys.stdout.isatty() else dict(file=log_lines, mininterval=30)
+    initial = checkpoint["global_step"] if checkpoint else 0
+    progress = tqdm(total=args.total_timesteps, initial=initial, unit="step", unit_scale=True, **output)
     return run_dir, writer, progress, stop_signal
 
 
+# Copied from ppo_atari_envpool.stop_requested
 def stop_requested(stop_signal: list[int]) -> bool:
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
     Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
@@ -664,6 +654,16 @@ def stop_requested(stop_signal: list[int]) -> bool:
     return bool(received)
 
 
+# Copied from ppo_atari_envpool.all_ranks_sum
+def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum of x over the processes of a torchrun run; x itself in a single process."""
+    if dist.is_initialized():
+        x = x.clone()
+        dist.all_reduce(x)
+    return x
+
+
+# Copied from ppo_atari_envpool.all_ranks_list
 def all_ranks_list(items: list) -> list:
     """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
     if not dist.is_initialized():
@@ -673,15 +673,30 @@ def all_ranks_list(items: list) -> list:
     return [item for process_items in gathered for item in process_items]
 
 
-def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, embeddings: list, **modules) -> None:
-    """checkpoint.pt (state dicts, counters, RNG states: tensors and plain data for weights_only) and the
-    new embeddings, each written to a temporary file and renamed: a crash never leaves half a file. Process 0 only."""
+# Copied from ppo_atari_envpool.all_ranks_sum_gradients
+def all_ranks_sum_gradients(parameters) -> None:
+    """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
+    share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
+    if not dist.is_initialized():
+        return
+    gradients = [parameter.grad for parameter in parameters]
+    flat = torch.cat([gradient.flatten() for gradient in gradients])
+    dist.all_reduce(flat)
+    for gradient, summed in zip(gradients, flat.split([gradient.numel() for gradient in gradients]), strict=True):
+        gradient.copy_(summed.view_as(gradient))
+
+
+# Copied from ppo_atari_envpool.save_checkpoint
+def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list, **modules) -> None:
+    """checkpoint.pt (state dicts, the loop's counters and adapted values, RNG states: tensors and plain data for
+    weights_only) and the new embeddings, each written to a temporary file and renamed: a crash never leaves half a
+    file. Process 0 only."""
     if modules and RANK == 0:
         # The training device's generator only: the run may resume on a machine with fewer GPUs.
         rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
         state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
         path = os.path.join(run_dir, "checkpoint.pt")
-        torch.save(state | {"iteration": iteration, "global_step": global_step}, f"{path}.tmp")
+        torch.save(state | loop_state, f"{path}.tmp")
         os.replace(f"{path}.tmp", path)
     if embeddings:  # appended to what the run saved before
         path = os.path.join(run_dir, "embeddings.npz")
@@ -691,6 +706,7 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
         embeddings.clear()
 
 
+# Copied from ppo_atari_envpool.restore_checkpoint
 def restore_checkpoint(checkpoint: dict, **modules) -> int:
     """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
     try:
@@ -705,15 +721,16 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     return checkpoint["global_step"]
 
 
-def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **modules) -> None:
+def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **modules) -> None:
     """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
-    embeddings and model, then done.json (the completion marker that sweeps/launch.sh looks for)."""
+    embeddings and model, then done.json (the completion marker that sweeps/launch.sh looks for). Not a copy: the
+    observation statistics belong with the weights (saved with the model, checked identical over processes); no video."""
     progress.close()
     writer.close()
-    iteration = global_step // args.batch_size  # iterations completed: an interrupted rollout is not counted
-    interrupted = bool(stop_signal) and iteration < args.num_iterations
+    interrupted = bool(stop_signal) and loop_state["global_step"] < args.planned_steps
+    loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
-    save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
+    save_checkpoint(run_dir, args, loop_state, embeddings, **checkpointed)
     if dist.is_initialized():  # summed gradients and moments keep every process's weights and normalisers equal
         state = [*modules["model"].parameters(), *modules["obs_rms"].buffers(), *modules["return_rms"].buffers()]
         gathered = all_ranks_list([torch.cat([tensor.detach().double().flatten() for tensor in state]).cpu()])
@@ -722,7 +739,8 @@ def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_si
             print(f"weights identical on {same} of {WORLD_SIZE} processes")
         dist.destroy_process_group()
     if interrupted and RANK == 0:
-        print(f"stopped by signal {stop_signal[0]} at iteration {iteration}; continue with --resume {run_dir}/checkpoint.pt")
+        resume = f"--resume {run_dir}/checkpoint.pt"
+        print(f"stopped by signal {stop_signal[0]} at iteration {loop_state['iteration']}; continue with {resume}")
     if interrupted:
         sys.exit(128 + stop_signal[0])
     if RANK != 0:
@@ -732,62 +750,7 @@ def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_si
         torch.save({name: modules[name].state_dict() for name in ("model", "obs_rms")}, f"{path}.tmp")
         os.replace(f"{path}.tmp", path)
     with open(os.path.join(run_dir, "done.json"), "w") as f:
-        json.dump({"global_step": global_step, "iterations": iteration}, f)
-
-
-MJWARP_TASKS = ("Ant", "Humanoid")  # mujoco_warp_tasks.TASKS, named here without importing Warp
-
-
-def warp_gpu_problem() -> str | None:
-    """Why Warp cannot run on the GPU that torch sees (e.g. an NVIDIA driver older than warp-lang 1.19 needs), or None."""
-    import warp as wp  # noqa: PLC0415 - only for --backend mjwarp
-
-    wp.config.log_level = wp.LOG_ERROR  # no greeting; Warp's own errors still print
-    wp.init()
-    if wp.is_cuda_available():
-        return None
-    driver = wp.get_cuda_driver_version()
-    return (f"--backend mjwarp: Warp {wp.config.version} cannot use the GPU that torch sees (CUDA driver: "
-            f"{'not found' if driver is None else driver}; warp-lang 1.18 and newer need NVIDIA driver R580 or newer): "
-            "update the driver, or train with --no-cuda or --backend envpool")  # fmt: skip
-
-
-class EnvPoolTasks:
-    """EnvPool's MuJoCo tasks on the CPU, seen as Isaac Gym's: float32 tensors on the training device."""
-
-    def __init__(self, args: Args, num_envs: int, seed: int, device: torch.device):
-        time_limit = {} if args.max_episode_steps is None else {"max_episode_steps": args.max_episode_steps}
-        self.envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **time_limit)
-        self.observation_space, self.action_space, self.device = self.envs.observation_space, self.envs.action_space, device
-
-    def reset(self) -> torch.Tensor:
-        return torch.as_tensor(self.envs.reset()[0], dtype=torch.float32, device=self.device)
-
-    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Next observations, rewards, terminations, truncations."""
-        returned = self.envs.step(actions.cpu().numpy())[:4]
-        return tuple(torch.as_tensor(x, dtype=torch.float32, device=self.device) for x in returned)
-
-
-class IsaacGymTasks:
-    """IsaacGymEnvs' tasks: observations and rewards stay tensors on the training device (untested: no Isaac Gym here).
-    Under torchrun, each process simulates its share of the envs on its own GPU (cuda:LOCAL_RANK)."""
-
-    def __init__(self, args: Args, num_envs: int, seed: int, device: torch.device):
-        import isaacgymenvs  # noqa: PLC0415 - only with Isaac Gym
-
-        sim_device, graphics_device = (str(device), device.index) if device.type == "cuda" else ("cpu", -1)
-        self.envs = isaacgymenvs.make(seed=seed, task=args.env_id, num_envs=num_envs, sim_device=sim_device,
-                                      rl_device=str(device), graphics_device_id=graphics_device, headless=True)  # fmt: skip
-        self.observation_space, self.action_space = self.envs.observation_space, self.envs.action_space
-
-    def reset(self) -> torch.Tensor:
-        return self.envs.reset()["obs"].float()
-
-    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        obs, reward, dones, extras = self.envs.step(actions)
-        truncated = extras["time_outs"].float()  # time-limit resets; the other dones are terminations
-        return obs["obs"].float(), reward.float(), dones.float() * (1.0 - truncated), truncated
+        json.dump({"global_step": loop_state["global_step"], "iterations": loop_state["iteration"]}, f)
 
 
 if __name__ == "__main__":

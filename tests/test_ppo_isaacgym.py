@@ -4,6 +4,8 @@ import importlib.util
 import json
 import math
 import os
+from dataclasses import fields
+from types import SimpleNamespace
 
 import envpool
 import numpy as np
@@ -23,15 +25,28 @@ from conftest import (
 )
 from torch.distributions import Normal, kl_divergence
 
+import continuous_tasks
 import metrics
 import ppo_isaacgym
-from ppo_isaacgym import Agent, RunningMeanStd, measure_agent, normalise_observations, ppo_loss, scale_rewards
+from ppo_isaacgym import (
+    Agent,
+    Args,
+    RunningMeanStd,
+    finish_run,
+    learning_rate,
+    measure_agent,
+    minibatch_statistics,
+    normalise_observations,
+    ppo_loss,
+    scale_rewards,
+)
 
 SCRIPT = "ppo_isaacgym.py"
 # Ant-v5 with a 20-step limit: every env finishes several episodes in 4 x 16 x 10 steps.
-TINY = ["--no-cuda", "--backend", "envpool", "--env-id", "Ant", "--num-envs", "4", "--num-steps", "16",
-        "--total-timesteps", "640", "--max-episode-steps", "20", "--metrics-interval", "5",
-        "--metrics-batch", "32"]  # fmt: skip
+TINY = (
+    "--no-cuda --backend envpool --env-id Ant --num-envs 4 --num-steps 16 --total-timesteps 640 --max-episode-steps 20 "
+    "--metrics-interval 5 --metrics-batch 32"
+).split()
 ISAACGYM_INSTALLED = importlib.util.find_spec("isaacgym") is not None
 
 
@@ -110,9 +125,8 @@ def test_normaliser_state_round_trip():
 
 def test_reward_scaling_leaves_reset_steps_out_and_restarts_the_return():
     rms = RunningMeanStd()
-    scaled, discounted = scale_rewards(torch.tensor([1.0, 2.0]), valid=torch.tensor([1.0, 0.0]), dones=torch.tensor([1.0, 0.0]),
-                                       discounted_return=torch.tensor([4.0, 0.0]), return_rms=rms, gamma=0.5,
-                                       clip=100.0)  # fmt: skip
+    valid, dones = torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0])  # env 0's episode ends; env 1 is on a reset step
+    scaled, discounted = scale_rewards(torch.tensor([1.0, 2.0]), valid, dones, torch.tensor([4.0, 0.0]), rms, 0.5, clip=100.0)
     # Only env 0's return 0.5 * 4 + 1 = 3 is counted (env 1 is on a reset step), merged with the prior (0, 1, 1e-4).
     n = 1e-4
     assert rms.count.item() == pytest.approx(1 + n)
@@ -121,8 +135,7 @@ def test_reward_scaling_leaves_reset_steps_out_and_restarts_the_return():
     assert rms.var.item() == pytest.approx(variance)
     assert scaled.tolist() == pytest.approx([1 / math.sqrt(variance), 2 / math.sqrt(variance)], rel=1e-4)
     assert discounted.tolist() == [0.0, 2.0]  # env 0's episode ended: its return restarts
-    clipped, _ = scale_rewards(torch.tensor([1.0, -2.0]), torch.tensor([1.0, 0.0]), torch.zeros(2), torch.zeros(2),
-                               RunningMeanStd(), gamma=0.5, clip=5.0)  # fmt: skip
+    clipped, _ = scale_rewards(torch.tensor([1.0, -2.0]), valid, torch.zeros(2), torch.zeros(2), RunningMeanStd(), 0.5, 5.0)
     assert clipped.tolist() == [5.0, -5.0]  # the std is about 0.014: 70 and -140 without the clip
 
 
@@ -140,7 +153,7 @@ def test_envpool_mujoco_resets_on_the_step_after_a_truncation():
 
 @pytest.mark.parametrize("env_id, expected", [("Ant", "Ant-v5"), ("Humanoid-v5", "Humanoid-v5"), ("Hopper-v5", "Hopper-v5")])
 def test_auto_backend_without_a_gpu_is_envpool(env_id, expected):
-    args = ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(env_id=env_id, runs_dir="/tmp", cuda=False))
+    args = ppo_isaacgym.validate_and_derive(Args(env_id=env_id, runs_dir="/tmp", cuda=False))
     if ISAACGYM_INSTALLED and "-v" not in env_id:
         assert args.backend == "isaacgym"
     else:
@@ -148,27 +161,29 @@ def test_auto_backend_without_a_gpu_is_envpool(env_id, expected):
     assert args.batch_size == 4096 * 16 and args.minibatch_size == 4096 * 8
 
 
+AUTO_WITH_A_GPU = [("Ant", None, "mjwarp", "Ant"), ("Humanoid-v5", None, "mjwarp", "Humanoid")]
+AUTO_WITH_A_GPU += [("Hopper-v5", None, "envpool", "Hopper-v5"), ("Ant", "an old driver", "envpool", "Ant-v5")]
+
+
 @pytest.mark.skipif(ISAACGYM_INSTALLED, reason="Isaac Gym is installed here: auto picks it for Ant")
-@pytest.mark.parametrize("env_id, warp_problem, backend, task", [
-    ("Ant", None, "mjwarp", "Ant"), ("Humanoid-v5", None, "mjwarp", "Humanoid"), ("Hopper-v5", None, "envpool", "Hopper-v5"),
-    ("Ant", "an old driver", "envpool", "Ant-v5")])  # fmt: skip
+@pytest.mark.parametrize("env_id, warp_problem, backend, task", AUTO_WITH_A_GPU)
 def test_auto_backend_with_a_gpu_is_mujoco_warp_for_its_tasks(env_id, warp_problem, backend, task, monkeypatch):
     """Without Isaac Gym, a GPU that Warp can use runs Ant and Humanoid on MuJoCo Warp, every other task on EnvPool."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(ppo_isaacgym, "warp_gpu_problem", lambda: warp_problem)
-    args = ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(env_id=env_id, runs_dir="/tmp"))
+    monkeypatch.setattr(continuous_tasks, "warp_gpu_problem", lambda: warp_problem)
+    args = ppo_isaacgym.validate_and_derive(Args(env_id=env_id, runs_dir="/tmp"))
     assert (args.backend, args.env_id) == (backend, task)
 
 
 def test_mujoco_warp_tasks_are_the_adapters():
     mujoco_warp_tasks = pytest.importorskip("mujoco_warp_tasks")
-    assert ppo_isaacgym.MJWARP_TASKS == tuple(mujoco_warp_tasks.TASKS)
+    assert continuous_tasks.MJWARP_TASKS == tuple(mujoco_warp_tasks.TASKS)
 
 
 def test_warp_names_what_keeps_it_off_the_gpu():
     """On this machine Warp finds no CUDA driver: the line says so (on a GPU machine with a recent driver: None)."""
     pytest.importorskip("warp")
-    problem = ppo_isaacgym.warp_gpu_problem()
+    problem = continuous_tasks.warp_gpu_problem()
     if torch.cuda.is_available() and problem is None:
         return
     assert problem.startswith("--backend mjwarp: Warp 1.19.0 cannot use the GPU that torch sees (CUDA driver: ")
@@ -178,21 +193,21 @@ def test_warp_names_what_keeps_it_off_the_gpu():
 def test_mujoco_warp_unusable_or_missing_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
     argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), "--backend", "mjwarp"]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(ppo_isaacgym, "warp_gpu_problem", lambda: "--backend mjwarp: Warp 1.19.0 cannot use the GPU")
+    monkeypatch.setattr(continuous_tasks, "warp_gpu_problem", lambda: "--backend mjwarp: Warp 1.19.0 cannot use the GPU")
     assert (
         usage_error(ppo_isaacgym.main, monkeypatch, capsys, argv) == "error: --backend mjwarp: Warp 1.19.0 cannot use the GPU"
     )
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "mujoco_warp" else find_spec(name))
     line = usage_error(ppo_isaacgym.main, monkeypatch, capsys, argv)
-    assert line == ("error: --backend mjwarp: MuJoCo Warp is not installed: pip install mujoco-warp==4.0.0 "
-                    "warp-lang==1.19.0 (or make setup)")  # fmt: skip
+    install = "pip install mujoco-warp==4.0.0 warp-lang==1.19.0 (or make setup)"
+    assert line == f"error: --backend mjwarp: MuJoCo Warp is not installed: {install}"
     assert not os.path.exists(tmp_path / "runs")
 
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
-    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--save-model",
-                        "--save-embeddings", "--embeddings-per-iteration", "10")  # fmt: skip
+    flags = ["--checkpoint-interval", "3", "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10"]
+    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), *flags)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir).startswith("Ant-v5__ppo_isaacgym__1__")
@@ -204,9 +219,8 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     assert all(np.isfinite(value) for _, value in scalars["charts/episodic_return"])
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["backend"] == "envpool" and args["env_id"] == "Ant-v5" and args["num_iterations"] == 10
-    checkpoint = check_run_artifacts(run_dir, "ppo_isaacgym", iterations=10, global_step=640,
-                                     metric_iterations=[5, 10], embedding_rows=20, feature_dim=256,
-                                     video=False)  # fmt: skip
+    expected = dict(iterations=10, global_step=640, metric_iterations=[5, 10], embedding_rows=20, feature_dim=256)
+    checkpoint = check_run_artifacts(run_dir, "ppo_isaacgym", **expected, video=False)
     obs_stats = checkpoint["obs_rms"]
     assert obs_stats["mean"].shape == (105,) and obs_stats["count"].item() == pytest.approx(4 * 161 + 1e-4)
     saved = torch.load(os.path.join(run_dir, "ppo_isaacgym.cleanrl_model"), weights_only=True)
@@ -214,8 +228,10 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
 
 
 # MuJoCo Warp on the CPU (about 50 batched steps a second): 16 worlds of Ant with a 20-step limit, 4 rollouts of 16 steps
-WARP_TINY = ["--no-cuda", "--backend", "mjwarp", "--env-id", "Ant", "--num-envs", "16", "--num-steps", "16",
-             "--total-timesteps", "1024", "--max-episode-steps", "20", "--metrics-interval", "2", "--metrics-batch", "64"]  # fmt: skip
+WARP_TINY = (
+    "--no-cuda --backend mjwarp --env-id Ant --num-envs 16 --num-steps 16 --total-timesteps 1024 --max-episode-steps 20 "
+    "--metrics-interval 2 --metrics-batch 64"
+).split()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mujoco_warp") is None, reason="needs mujoco-warp (requirements.txt)")
@@ -255,8 +271,41 @@ def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path
     """--compile (torch.compile of acting and of the update) changes how the same maths runs, not what is
     learned: on a fixed seed the losses agree up to float rounding."""
     flags = [*TINY, "--total-timesteps", "192", "--metrics-interval", "0", "--torch-threads", "1"]  # 3 iterations
-    check_same_losses(monkeypatch, tmp_path, ppo_isaacgym, flags, {"compiled": ["--compile"]},
-                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"), compile_backend="aot_eager")  # fmt: skip
+    tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
+    variants = {"compiled": ["--compile"]}
+    check_same_losses(monkeypatch, tmp_path, ppo_isaacgym, flags, variants, tags, compile_backend="aot_eager")
+
+
+def test_learning_rate_is_scaled_and_annealed_over_the_planned_steps():
+    """The LR that the loop sets at each iteration (the canonical `learning_rate`): --lr-scaling's factor, annealed
+    from the iteration's first step over the planned steps: the same floats as the former per-iteration formula."""
+    flags = dict(cuda=False, backend="envpool", num_envs=64, num_steps=16, total_timesteps=64 * 16 * 10 + 5)
+    args = ppo_isaacgym.validate_and_derive(Args(**flags, lr_scaling="sqrt", lr_reference_envs=16, anneal_lr=True))
+    assert args.num_iterations == 10 and args.planned_steps == 10 * 64 * 16
+    assert args.scaled_learning_rate == pytest.approx(0.0026 * 2)  # sqrt(64 / 16)
+    for iteration in range(1, 11):
+        former = args.scaled_learning_rate * (1 - (iteration - 1) / args.num_iterations)
+        assert learning_rate(args, args.num_envs, (iteration - 1) * args.batch_size) == former
+    args.anneal_lr = False
+    assert learning_rate(args, args.num_envs, 5 * args.batch_size) == args.scaled_learning_rate
+    assert "planned_steps" not in {field.name for field in fields(Args)}  # the checkpoints of older versions still resume
+
+
+def test_finish_run_saves_the_loop_state_without_the_interrupted_iteration(tmp_path):
+    """Stopped during iteration 4 (its rollout discarded): the checkpoint holds the loop state of 3 iterations and the
+    run exits 128 + signal. Finished: done.json from the loop state, the model saved with the observation statistics."""
+    args = ppo_isaacgym.validate_and_derive(Args(cuda=False, backend="envpool", num_envs=4, num_steps=16, total_timesteps=640))
+    args.save_model, agent, closable = True, tiny_agent(), SimpleNamespace(close=lambda: None)
+    modules = {"model": agent, "optimizer": torch.optim.Adam(agent.parameters()), "obs_rms": RunningMeanStd((5,))}
+    modules["return_rms"] = RunningMeanStd()
+    with pytest.raises(SystemExit) as stopped:
+        finish_run(str(tmp_path), closable, closable, args, {"iteration": 4, "global_step": 192}, [], [15], **modules)
+    assert stopped.value.code == 128 + 15 and not (tmp_path / "done.json").exists()
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert (checkpoint["iteration"], checkpoint["global_step"]) == (3, 192) and set(modules) <= set(checkpoint)
+    finish_run(str(tmp_path), closable, closable, args, {"iteration": 10, "global_step": 640}, [], [], **modules)
+    assert json.load(open(tmp_path / "done.json")) == {"global_step": 640, "iterations": 10}
+    assert set(torch.load(tmp_path / "ppo_isaacgym.cleanrl_model", weights_only=True)) == {"model", "obs_rms"}
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
@@ -281,9 +330,11 @@ BAD_FLAGS = [
     (["--env-id", "Breakout-v5"], "is not an EnvPool MuJoCo task"),
     (["--backend", "envpool", "--env-id", "FetchReach-v4"], "is not an EnvPool MuJoCo task"),
     (["--backend", "envpool", "--env-id", "CheetahRun-v1"], "is not an EnvPool MuJoCo task"),  # dm_control's
-    (["--backend", "mjwarp", "--env-id", "Hopper-v5"], "--env-id 'Hopper-v5' is not a MuJoCo Warp task (known: Ant, Humanoid)"),
-    (["--num-minibatches", "3", "--num-envs", "4", "--num-steps", "8"],
-     "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 32)"),
+    ("--backend mjwarp --env-id Hopper-v5".split(), "--env-id 'Hopper-v5' is not a MuJoCo Warp task (known: Ant, Humanoid)"),
+    (
+        "--num-minibatches 3 --num-envs 4 --num-steps 8".split(),
+        "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 32)",
+    ),
     (["--num-envs", "0"], "--num-envs must be > 0, got 0"),
     (["--obs-clip", "0"], "--obs-clip must be > 0"),
     (["--max-episode-steps", "-1"], "--max-episode-steps must be > 0, got -1"),
@@ -297,7 +348,7 @@ BAD_FLAGS = [
     (["--torch-threads", "0"], "--torch-threads must be > 0, got 0"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
-]  # fmt: skip
+]
 if not ISAACGYM_INSTALLED:
     BAD_FLAGS.append((["--backend", "isaacgym"], "Isaac Gym is not installed (it is not on PyPI)"))
 
@@ -347,15 +398,17 @@ def test_isaacgym_backend_without_isaacgym_from_the_shell(tmp_path):
 TORCHRUN_FLAGS = [*TINY, "--target-kl", "0.5"]  # 2 minibatches of 32: 16 rows per process
 
 
+LOSS_COEFFICIENTS = dict(clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=2.0, norm_adv=True)
+
+
 def reduction_worker(rank, init_file, leaves, data, out_path):
     """One of two processes: the PPO loss of its rows, then the gradient sum of all_ranks_sum_gradients."""
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     rows = (slice(0, 4), slice(4, 7))[rank]
     parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # the same weights in both processes
     minibatch = {name: values[rows] for name, values in data.items()}
-    minibatch |= ppo_isaacgym.minibatch_statistics(minibatch)  # over both processes
-    loss, stats = ppo_loss(*(p[rows] for p in parameters), minibatch, clip_coef=0.2, clip_vloss=True, ent_coef=0.01,
-                           vf_coef=2.0, norm_adv=True)  # fmt: skip
+    statistics = minibatch_statistics(minibatch)  # over both processes
+    loss, stats = ppo_loss(*(p[rows] for p in parameters), minibatch, statistics, **LOSS_COEFFICIENTS)
     loss.backward()
     ppo_isaacgym.all_ranks_sum_gradients(parameters)
     summed_stats = {name: ppo_isaacgym.all_ranks_sum(value) for name, value in stats.items()}
@@ -371,15 +424,7 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
     data["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
     leaves = [torch.randn(7, generator=generator) * 0.1 for _ in range(3)]  # new log-prob, value, entropy
     whole = [leaf.clone().requires_grad_() for leaf in leaves]
-    loss, stats = ppo_loss(
-        *whole,
-        data | ppo_isaacgym.minibatch_statistics(data),
-        clip_coef=0.2,
-        clip_vloss=True,
-        ent_coef=0.01,
-        vf_coef=2.0,
-        norm_adv=True,
-    )
+    loss, stats = ppo_loss(*whole, data, minibatch_statistics(data), **LOSS_COEFFICIENTS)
     loss.backward()
     torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)
     for rank in (0, 1):
@@ -406,9 +451,11 @@ def test_two_processes_update_the_normalisers_like_one_process_on_all_their_data
     """The observation and return statistics merge every process's moments: each process ends with the
     statistics of one process that saw the concatenated batches (reset steps left out of the returns')."""
     generator = torch.Generator().manual_seed(0)
-    updates = [(torch.randn(8, 3, generator=generator) * torch.tensor([1.0, 0.1, 5.0]) + torch.tensor([1.0, -2.0, 10.0]),
-                torch.randn(8, generator=generator) * 3 + 1, (torch.rand(8, generator=generator) > 0.3).float())
-               for _ in range(3)]  # fmt: skip
+    scale, centre = torch.tensor([1.0, 0.1, 5.0]), torch.tensor([1.0, -2.0, 10.0])
+    updates = []
+    for _ in range(3):  # observations, returns, valid
+        obs = torch.randn(8, 3, generator=generator) * scale + centre
+        updates.append((obs, torch.randn(8, generator=generator) * 3 + 1, (torch.rand(8, generator=generator) > 0.3).float()))
     obs_rms, return_rms = RunningMeanStd((3,)), RunningMeanStd()
     for obs, returns, valid in updates:
         normalise_observations(obs, obs_rms, clip=10.0)
@@ -430,8 +477,8 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     assert "weights identical on 2 of 2 processes" in result.stdout  # and the normalisers' statistics
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
     done = json.load(open(os.path.join(run_dir, "done.json")))
-    assert done == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json"))) == {
-        "global_step": 640, "iterations": 10}  # fmt: skip
+    single_done = json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json")))
+    assert done == single_done == {"global_step": 640, "iterations": 10}
     scalars = read_scalars(run_dir)
     assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
     assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 11)]
