@@ -829,7 +829,7 @@ def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **
     one line naming them, before a checkpoint can keep weights that it reached; the last checkpoint stays; exit 1."""
     finite = torch.stack([value.isfinite().all() for value in values.values()]).tolist()
     if not all(finite):
-        names = " and ".join(name for name, ok in zip(values, finite, strict=True) if not ok)
+        names = ", ".join(name for name, ok in zip(values, finite, strict=True) if not ok)
         checkpoint = os.path.join(run_dir or "", "checkpoint.pt")
         kept = (
             f"; the last checkpoint is unchanged: {checkpoint}"

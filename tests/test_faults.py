@@ -250,8 +250,41 @@ def test_a_nan_reward_stops_the_run_with_one_line_before_a_checkpoint_keeps_it(t
     assert exited.value.code == 1
     run_dir = only_run_dir(tmp_path)
     assert capsys.readouterr().err.splitlines() == [
-        "error: non-finite rewards and losses_or_gradients at iteration 4 (global step 128); the last checkpoint is "
+        "error: non-finite rewards, losses_or_gradients at iteration 4 (global step 128); the last checkpoint is "
         f"unchanged: {run_dir}/checkpoint.pt"
     ]
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert checkpoint["iteration"] == 2 and all(weights.isfinite().all() for weights in checkpoint["model"].values())
+
+
+def test_a_nan_observation_from_the_simulator_stops_the_continuous_run_before_a_checkpoint_keeps_it(
+    tmp_path, monkeypatch, capsys
+):
+    """ppo_isaacgym.py on EnvPool's Ant: one NaN in an observation in iteration 3 stops the run after that
+    iteration's update (its normaliser and weights are no longer finite) with one line; the last checkpoint stays."""
+    import continuous_tasks
+    import ppo_isaacgym
+
+    step, steps = continuous_tasks.EnvPoolTasks.step, []
+
+    def nan_once(self, actions):
+        obs, reward, terminated, truncated = step(self, actions)
+        steps.append(None)
+        if len(steps) == 2 * 8 + 3:
+            obs[0, 5] = float("nan")
+        return obs, reward, terminated, truncated
+
+    monkeypatch.setattr(continuous_tasks.EnvPoolTasks, "step", nan_once)
+    flags = ["--backend", "envpool", "--env-id", "Ant-v5", "--no-cuda", "--num-envs", "4", "--num-steps", "8"]
+    flags += ["--total-timesteps", "160", "--metrics-interval", "0", "--checkpoint-interval", "1", "--runs-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", ["ppo_isaacgym.py", *flags])
+    with pytest.raises(SystemExit) as exited:
+        ppo_isaacgym.main()
+    assert exited.value.code == 1
+    run_dir = only_run_dir(tmp_path)
+    assert capsys.readouterr().err.splitlines() == [
+        "error: non-finite observations, rewards, losses_or_gradients at iteration 3 (global step 96); the last checkpoint is "
+        f"unchanged: {run_dir}/checkpoint.pt"
+    ]
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert checkpoint["iteration"] == 2 and all(tensor.isfinite().all() for tensor in checkpoint["obs_rms"].values())

@@ -75,8 +75,8 @@ def test_measure_agent_against_its_own_behaviour_policy():
         measured = measure_agent(agent, obs, actions, means, std, batch_size=1024, dormant_tau=0.025)
     assert measured["kl_behavior"] == pytest.approx(0.0, abs=1e-6)
     assert measured["ess_pct"] == pytest.approx(100.0)
-    # policy variance: the means vary over states, the state-independent std does not
-    expected_variance = torch.cat([means.double().var(0, unbiased=False), torch.zeros(2, dtype=torch.float64)]).mean()
+    # policy variance: over the state-dependent outputs only, the means (the std is one parameter for every state)
+    expected_variance = means.double().var(0, unbiased=False).mean()
     assert measured["policy_variance"] == pytest.approx(expected_variance.item())
     assert 1 <= measured["feature_rank"] <= 64 and "feature_rank_critic" in measured
 
@@ -335,17 +335,17 @@ BAD_FLAGS = [
         "--num-minibatches 3 --num-envs 4 --num-steps 8".split(),
         "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 32)",
     ),
-    (["--num-envs", "0"], "--num-envs must be > 0, got 0"),
-    (["--obs-clip", "0"], "--obs-clip must be > 0"),
-    (["--max-episode-steps", "-1"], "--max-episode-steps must be > 0, got -1"),
+    (["--num-envs", "0"], "--num-envs must be finite and > 0, got 0"),
+    (["--obs-clip", "0"], "--obs-clip must be finite and > 0"),
+    (["--max-episode-steps", "-1"], "--max-episode-steps must be finite and > 0, got -1"),
     (["--minibatch-size", "100000"], "--minibatch-size 100000 does not divide the batch (num_envs * num_steps = 65536)"),
-    (["--minibatch-size", "0"], "--minibatch-size must be > 0"),
-    (["--target-kl", "0"], "--target-kl must be > 0"),
+    (["--minibatch-size", "0"], "--minibatch-size must be finite and > 0"),
+    (["--target-kl", "0"], "--target-kl must be finite and > 0"),
     (["--total-timesteps", "100"], "smaller than one batch"),
     (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
     (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
-    (["--torch-threads", "0"], "--torch-threads must be > 0, got 0"),
+    (["--torch-threads", "0"], "--torch-threads must be finite and > 0, got 0"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
 ]
