@@ -24,19 +24,26 @@ from ppo_rnd_atari import (
     RNDModel,
     RunningMeanStd,
     compute_gae,
+    compute_gradients,
     compute_intrinsic_gae,
+    masked_mean,
+    minibatch_statistics,
     normalise_frames,
     ppo_rnd_loss,
     reward_forward_filter,
+    update_frame_statistics,
 )
 
 SCRIPT = "ppo_rnd_atari.py"
 RND_TAGS = PPO_TAGS | {"charts/intrinsic_reward", "losses/rnd_loss"}
 # 2 envs x 16 steps, 8 iterations; Breakout with a 40-step limit ends games quickly; a
 # one-rollout (16-step) observation-normalisation warm-up.
-TINY_FLAGS = ["--no-cuda", "--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
-              "--update-epochs", "1", "--total-timesteps", "256", "--num-iterations-obs-norm-init", "1",
-              "--max-episode-steps", "40", "--metrics-interval", "2", "--metrics-batch", "24"]  # fmt: skip
+TINY_FLAGS = (
+    "--no-cuda --env-id Breakout-v5 --num-envs 2 --num-steps 16 --num-minibatches 2 --update-epochs 1 --total-timesteps 256 "
+)
+TINY_FLAGS = (
+    TINY_FLAGS + "--num-iterations-obs-norm-init 1 --max-episode-steps 40 --metrics-interval 2 --metrics-batch 24"
+).split()
 
 
 def column(xs):
@@ -48,6 +55,18 @@ def column(xs):
 # --------------------------------------------------------------------------------------
 
 
+def test_running_mean_std_counts_from_1e_4_as_cleanrl_rnd_and_baselines():
+    """The chosen behaviour (ppo_isaacgym.RunningMeanStd, CleanRL's RND, OpenAI baselines): the statistics start as
+    a prior of count 1e-4 with mean 0 and variance 1, which the first batch all but replaces."""
+    rms = RunningMeanStd()
+    assert (rms.count.item(), rms.mean.item(), rms.var.item()) == (1e-4, 0.0, 1.0)
+    rms.update(torch.tensor([2.0, 4.0]))
+    total = 2 + 1e-4
+    assert rms.count.item() == pytest.approx(total, abs=1e-12)
+    assert rms.mean.item() == pytest.approx(3.0 * 2 / total, abs=1e-12)
+    assert rms.var.item() == pytest.approx((1e-4 * 1.0 + 2 * 1.0 + 9.0 * 1e-4 * 2 / total) / total, abs=1e-12)
+
+
 def test_running_mean_std_matches_numpy_over_the_concatenated_batches():
     generator = np.random.default_rng(0)
     batches = [generator.normal(3.0, 2.0, size=(n, 3)) for n in (1, 7, 50, 2, 13)]
@@ -55,21 +74,23 @@ def test_running_mean_std_matches_numpy_over_the_concatenated_batches():
     for batch in batches:
         rms.update(torch.as_tensor(batch, dtype=torch.float32))
     everything = np.concatenate(batches)
-    assert rms.count.item() == 73
-    np.testing.assert_allclose(rms.mean.numpy(), everything.mean(axis=0), rtol=1e-5)
+    assert rms.count.item() == pytest.approx(73 + 1e-4)
+    np.testing.assert_allclose(rms.mean.numpy(), everything.mean(axis=0), rtol=1e-5)  # the prior weighs 1e-4 / 73
     np.testing.assert_allclose(rms.var.numpy(), everything.var(axis=0), rtol=1e-5)  # population variance
 
 
-def test_running_mean_std_chunks_uint8_frames_and_skips_empty_batches():
+def test_frame_statistics_update_chunk_by_chunk_and_leave_out_reset_steps():
     frames = torch.randint(0, 256, (37, 1, 4, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    valid = torch.ones(37)
+    valid[[3, 11, 30]] = 0.0  # reset steps: not counted
     chunked, whole = RunningMeanStd((1, 4, 4)), RunningMeanStd((1, 4, 4))
-    chunked.update(frames, chunk_size=5)  # 8 merges of at most 5 frames
-    chunked.update(frames[:0])  # no frame: no change (a rollout step where every env resets)
-    whole.update(frames.double())
-    assert chunked.count.item() == 37
+    update_frame_statistics(chunked, frames, valid, chunk=5)  # 8 merges of at most 5 frames
+    update_frame_statistics(chunked, frames[:4], torch.zeros(4))  # a step where every env resets: no change
+    whole.update(frames[valid.bool()].double())
+    assert chunked.count.item() == pytest.approx(34 + 1e-4)
     torch.testing.assert_close(chunked.mean, whole.mean)
     torch.testing.assert_close(chunked.var, whole.var)
-    torch.testing.assert_close(chunked.mean, frames.double().mean(dim=0))
+    torch.testing.assert_close(chunked.mean, frames[valid.bool()].double().mean(dim=0), rtol=1e-5, atol=0)
 
 
 def test_running_mean_std_state_round_trip():
@@ -79,7 +100,7 @@ def test_running_mean_std_state_round_trip():
     restored.load_state_dict(rms.state_dict())
     for key in ("mean", "var", "count"):
         assert torch.equal(getattr(restored, key), getattr(rms, key))
-    assert restored.var.tolist() == [1.0, 4.0]
+    assert restored.var.tolist() == pytest.approx([1.0, 4.0], rel=1e-3)
 
 
 def test_normalise_frames_clips_and_survives_constant_pixels():
@@ -87,7 +108,8 @@ def test_normalise_frames_clips_and_survives_constant_pixels():
     rms.update(torch.tensor([[[[10, 0]]], [[[10, 4]]]], dtype=torch.uint8))  # pixel 0 constant, pixel 1: 2 +- 2
     out = normalise_frames(torch.tensor([[[[10, 4]]], [[[200, 255]]]], dtype=torch.uint8), rms)
     assert torch.isfinite(out).all()
-    assert out[0].flatten().tolist() == pytest.approx([0.0, 1.0], abs=1e-6)  # (10-10)/~0 -> 0, (4-2)/2 = 1
+    # (10 - 10) / ~0.07 -> ~0 (the 1e-4 prior leaves a variance of ~0.005), (4 - 2) / 2 = 1
+    assert out[0].flatten().tolist() == pytest.approx([0.0, 1.0], abs=1e-2)
     assert out[1].flatten().tolist() == [5.0, 5.0]  # clipped
 
 
@@ -112,8 +134,9 @@ def test_intrinsic_gae_runs_through_a_termination_and_skips_the_reset_step():
     # t=1 ends the episode (terminal), t=2 is EnvPool's reset step, t=3 a new episode.
     rewards, values, valid = [1, 2, 0, 3], [0.5, 1.0, 4.0, 2.0], [1, 1, 0, 1]
     gamma = lam = 0.5
-    advantages, returns = compute_intrinsic_gae(column(rewards), column(values), column(valid), torch.tensor([1.0]),
-                                                gamma, lam)  # fmt: skip
+    advantages, returns = compute_intrinsic_gae(
+        column(rewards), column(values), column(valid), torch.tensor([1.0]), gamma, lam
+    )
     # t=3: 3 + 0.5*1 - 2 = 1.5
     # t=2: reset step: advantage 0; skipped (the chain carries V(s_3) = 2 and A_3 = 1.5 past it)
     # t=1: no cut at the termination: delta = 2 + 0.5*V(s_3) - 1 = 2; A = 2 + 0.25*1.5 = 2.375
@@ -122,8 +145,8 @@ def test_intrinsic_gae_runs_through_a_termination_and_skips_the_reset_step():
     assert returns[:, 0].tolist() == pytest.approx([2.09375, 3.375, 4.0, 3.5])
 
     # The extrinsic GAE of the same rollout is episodic: the chain stops at the termination.
-    episodic, _ = compute_gae(column(rewards), column(values), column([0, 1, 0, 0]), column([0, 0, 0, 0]),
-                              column(valid), torch.tensor([1.0]), gamma, lam)  # fmt: skip
+    episode_ends = column([0, 1, 0, 0]), column([0, 0, 0, 0])
+    episodic, _ = compute_gae(column(rewards), column(values), *episode_ends, column(valid), torch.tensor([1.0]), gamma, lam)
     assert episodic[:, 0].tolist() == pytest.approx([1.25, 1.0, 0.0, 1.5])
 
 
@@ -137,59 +160,98 @@ def test_intrinsic_gae_without_reset_steps_is_plain_gae():
 
 def test_intrinsic_gae_reset_step_in_the_last_row_bootstraps_from_next_value():
     # t=0 terminates inside the rollout, t=1 (last row) is the reset step: t=0 bootstraps from next_value.
-    advantages, _ = compute_intrinsic_gae(column([1, 0]), column([0.5, 9.0]), column([1, 0]), torch.tensor([2.0]),
-                                          0.5, 0.5)  # fmt: skip
+    advantages, _ = compute_intrinsic_gae(column([1, 0]), column([0.5, 9.0]), column([1, 0]), torch.tensor([2.0]), 0.5, 0.5)
     # t=0: 1 + 0.5*2 - 0.5 = 1.5
     assert advantages[:, 0].tolist() == pytest.approx([1.5, 0.0])
 
 
 def rnd_loss_args(**overrides):
-    base = dict(new_logprob=torch.zeros(2), old_logprob=torch.zeros(2), advantages=torch.tensor([1.0, -2.0]),
-                new_ext_value=torch.tensor([1.0, 2.0]), old_ext_value=torch.tensor([1.0, 2.0]),
-                ext_returns=torch.zeros(2), new_int_value=torch.zeros(2), old_int_value=torch.zeros(2),
-                int_returns=torch.zeros(2), entropy=torch.tensor([0.5, 1.5]), prediction_error=torch.zeros(2),
-                mask=torch.ones(2), rnd_mask=torch.ones(2), clip_coef=0.2, clip_vloss=False, ent_coef=0.01, vf_coef=0.5,
-                norm_adv=False)  # fmt: skip
+    base = dict(new_logprob=torch.zeros(2), old_logprob=torch.zeros(2), advantages=torch.tensor([1.0, -2.0]))
+    base |= dict(new_ext_value=torch.tensor([1.0, 2.0]), old_ext_value=torch.tensor([1.0, 2.0]), ext_returns=torch.zeros(2))
+    base |= dict(new_int_value=torch.zeros(2), old_int_value=torch.zeros(2), int_returns=torch.zeros(2))
+    base |= dict(entropy=torch.tensor([0.5, 1.5]), prediction_error=torch.zeros(2), mask=torch.ones(2), rnd_mask=torch.ones(2))
+    base |= dict(clip_coef=0.2, clip_vloss=False, ent_coef=0.01, vf_coef=0.5, norm_adv=False)
     return {**base, **overrides}
 
 
-def call_ppo_rnd_loss(new_logprob, old_logprob, advantages, new_ext_value, old_ext_value, ext_returns, new_int_value,
-                      old_int_value, int_returns, entropy, prediction_error, mask, rnd_mask, **coefficients):  # fmt: skip
-    minibatch = {"logprobs": old_logprob, "advantages": advantages, "ext_values": old_ext_value, "ext_returns": ext_returns,
-                 "int_values": old_int_value, "int_returns": int_returns, "valid": mask, "rnd_mask": rnd_mask}  # fmt: skip
-    return ppo_rnd_loss(new_logprob, new_ext_value, new_int_value, entropy, prediction_error, minibatch, **coefficients)
+MINIBATCH_ARGS = (
+    "old_logprob",
+    "advantages",
+    "old_ext_value",
+    "ext_returns",
+    "old_int_value",
+    "int_returns",
+    "mask",
+    "rnd_mask",
+)
+
+
+def rnd_minibatch(old_logprob, advantages, old_ext_value, ext_returns, old_int_value, int_returns, mask, rnd_mask):
+    minibatch = {"logprobs": old_logprob, "advantages": advantages, "ext_values": old_ext_value, "ext_returns": ext_returns}
+    return minibatch | {"int_values": old_int_value, "int_returns": int_returns, "valid": mask, "rnd_mask": rnd_mask}
+
+
+def rnd_statistics(minibatch):
+    """minibatch_statistics and the predictor loss's count, as the update loop computes them."""
+    statistics = minibatch_statistics(minibatch)
+    return statistics | {"rnd_count": (minibatch["rnd_mask"] * minibatch["valid"]).sum().clamp(min=1.0)}
+
+
+def call_ppo_rnd_loss(new_logprob, new_ext_value, new_int_value, entropy, prediction_error, **rest):
+    minibatch = rnd_minibatch(**{name: rest.pop(name) for name in MINIBATCH_ARGS})
+    outputs = (new_logprob, (new_ext_value, new_int_value), entropy, prediction_error)
+    return ppo_rnd_loss(*outputs, minibatch, rnd_statistics(minibatch), **rest)
 
 
 def test_loss_reduces_to_ppo_without_intrinsic_terms():
-    args = rnd_loss_args(new_logprob=torch.tensor([0.1, -0.3]), new_ext_value=torch.tensor([1.5, 2.0]),
-                         clip_vloss=True, norm_adv=True)  # fmt: skip
+    args = rnd_loss_args(new_logprob=torch.tensor([0.1, -0.3]), new_ext_value=torch.tensor([1.5, 2.0]), clip_vloss=True)
+    args["norm_adv"] = True
     loss, stats = call_ppo_rnd_loss(**args)
-    minibatch = {"logprobs": args["old_logprob"], "values": args["old_ext_value"], "advantages": args["advantages"],
-                 "returns": args["ext_returns"], "valid": args["mask"]}  # fmt: skip
-    minibatch |= ppo_atari_envpool.minibatch_statistics(minibatch)
-    ppo, ppo_stats = ppo_atari_envpool.ppo_loss(args["new_logprob"], args["new_ext_value"], args["entropy"], minibatch,
-                                                clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True)  # fmt: skip
+    minibatch = {"logprobs": args["old_logprob"], "values": args["old_ext_value"], "advantages": args["advantages"]}
+    minibatch |= {"returns": args["ext_returns"], "valid": args["mask"]}
+    statistics = ppo_atari_envpool.minibatch_statistics(minibatch)
+    coefficients = dict(clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True)
+    outputs = (args["new_logprob"], args["new_ext_value"], args["entropy"])
+    ppo, ppo_stats = ppo_atari_envpool.ppo_loss(*outputs, minibatch, statistics, **coefficients)
     assert loss.item() == pytest.approx(ppo.item())
     for name in ppo_stats:
         assert stats[name].item() == pytest.approx(ppo_stats[name].item()), name
     assert stats["rnd_loss"].item() == 0.0
 
 
+def test_masked_means_divide_by_the_count_they_are_given():
+    """masked_mean is ppo_atari_envpool's (the count passed, not the mask's local sum): the loss divides by
+    statistics["valid_count"] and the predictor loss by statistics["rnd_count"], whatever the minibatch holds."""
+    x, mask = torch.tensor([1.0, 2.0, 4.0]), torch.tensor([1.0, 1.0, 0.0])
+    assert masked_mean(x, mask, torch.tensor(2.0)).item() == 1.5
+    assert masked_mean(x, mask, torch.tensor(6.0)).item() == 0.5  # e.g. a count over more entries than these
+    args = blank_loss_args(3, entropy=x, prediction_error=x, mask=mask, rnd_mask=torch.tensor([0.0, 1.0, 1.0]))
+    minibatch = rnd_minibatch(**{name: args.pop(name) for name in MINIBATCH_ARGS})
+    outputs = [args.pop(name) for name in ("new_logprob", "new_ext_value", "new_int_value", "entropy", "prediction_error")]
+    outputs[1:3] = [tuple(outputs[1:3])]  # (extrinsic, intrinsic) values
+    statistics = rnd_statistics(minibatch)
+    assert (statistics["valid_count"].item(), statistics["rnd_count"].item()) == (2.0, 1.0)
+    _, stats = ppo_rnd_loss(*outputs, minibatch, statistics, **args)
+    assert (stats["entropy"].item(), stats["rnd_loss"].item()) == (1.5, 2.0)
+    statistics |= {"valid_count": torch.tensor(6.0), "rnd_count": torch.tensor(4.0)}
+    _, stats = ppo_rnd_loss(*outputs, minibatch, statistics, **args)
+    assert (stats["entropy"].item(), stats["rnd_loss"].item()) == (0.5, 0.5)
+
+
 def blank_loss_args(n, **overrides):
     """n states with zero advantages, values, returns and entropy, all real; flags as rnd_loss_args."""
-    zeros = torch.zeros(n)
-    base = dict(new_logprob=zeros, old_logprob=zeros, advantages=zeros, new_ext_value=zeros, old_ext_value=zeros,
-                ext_returns=zeros, new_int_value=zeros, old_int_value=zeros, int_returns=zeros, entropy=zeros,
-                prediction_error=zeros, mask=torch.ones(n), rnd_mask=torch.ones(n))  # fmt: skip
-    return rnd_loss_args(**{**base, **overrides})
+    names = "new_logprob old_logprob advantages new_ext_value old_ext_value ext_returns new_int_value old_int_value "
+    names += "int_returns entropy prediction_error"
+    zeros = {name: torch.zeros(n) for name in names.split()}
+    return rnd_loss_args(**zeros | {"mask": torch.ones(n), "rnd_mask": torch.ones(n)} | overrides)
 
 
 def test_loss_sums_value_losses_and_adds_the_masked_predictor_loss():
     prediction_error = torch.tensor([1.0, 2.0, 4.5])
-    args = blank_loss_args(3, new_ext_value=torch.tensor([1.0, 0.0, 0.0]), old_ext_value=torch.tensor([1.0, 0.0, 0.0]),
-                           new_int_value=torch.tensor([0.0, 2.0, 5.0]), old_int_value=torch.tensor([0.0, 2.0, 5.0]),
-                           prediction_error=prediction_error, mask=torch.tensor([1.0, 1.0, 0.0]),
-                           rnd_mask=torch.tensor([0.0, 1.0, 1.0]))  # fmt: skip
+    ext_values, int_values = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 2.0, 5.0])
+    values = dict(new_ext_value=ext_values, old_ext_value=ext_values, new_int_value=int_values, old_int_value=int_values)
+    masks = dict(mask=torch.tensor([1.0, 1.0, 0.0]), rnd_mask=torch.tensor([0.0, 1.0, 1.0]))
+    args = blank_loss_args(3, prediction_error=prediction_error, **values, **masks)
     loss, stats = call_ppo_rnd_loss(**args)
     # entry 2 is a reset step (mask 0): it counts nowhere. ext: 0.5 * mean(1, 0) = 0.25; int: 0.5 * mean(0, 4) = 1
     assert stats["ext_value_loss"].item() == pytest.approx(0.25)
@@ -216,14 +278,26 @@ def test_rnd_error_is_the_mean_squared_feature_error_and_only_the_predictor_lear
     assert all(p.grad is not None for p in rnd.predictor.parameters())
 
 
+def test_compute_gradients_fills_the_policy_value_and_predictor_gradients_only():
+    torch.manual_seed(0)
+    agent, rnd, obs_rms = ppo_rnd_atari.Agent(4, False), RNDModel(), RunningMeanStd(ppo_rnd_atari.FRAME_SHAPE)
+    minibatch = {"obs": torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8), "actions": torch.tensor([0, 1, 2, 3])}
+    minibatch["next_frames"] = torch.randint(0, 256, (4, *ppo_rnd_atari.FRAME_SHAPE), dtype=torch.uint8)
+    minibatch |= rnd_minibatch(*(torch.zeros(4) for _ in range(6)), torch.ones(4), torch.ones(4))
+    stats = compute_gradients(agent, rnd, obs_rms, minibatch, rnd_statistics(minibatch), ppo_rnd_atari.Args())
+    assert stats["rnd_loss"].item() > 0 and stats["int_value_loss"].item() > 0
+    assert all(p.grad is not None for p in [*agent.parameters(), *rnd.predictor.parameters()])
+    assert all(p.grad is None for p in rnd.target.parameters())
+
+
 # --------------------------------------------------------------------------------------
 # End to end
 # --------------------------------------------------------------------------------------
 
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
-    result = run_script(SCRIPT, *TINY_FLAGS, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--save-model",
-                        "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video")  # fmt: skip
+    artifacts = "--checkpoint-interval 3 --save-model --save-embeddings --embeddings-per-iteration 10 --capture-video"
+    result = run_script(SCRIPT, *TINY_FLAGS, "--runs-dir", str(tmp_path), *artifacts.split())
     assert result.returncode == 0, result.stderr
     assert "warm-up: 32 random-action steps" in result.stdout
     run_dir = only_run_dir(tmp_path)
@@ -253,10 +327,10 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     obs_stats = checkpoint["obs_rms"]
     assert obs_stats["mean"].shape == obs_stats["var"].shape == (1, 84, 84)
     # last frames of the next observations of real transitions: warm-up 32 + training 256, minus reset steps
-    assert 200 < obs_stats["count"].item() <= 32 + 256
+    assert 200 < obs_stats["count"].item() <= 32 + 256 + 1e-4  # + the prior's 1e-4
     assert 0 < obs_stats["mean"].mean().item() < 255 and obs_stats["var"].max().item() > 0
     int_stats = checkpoint["int_return_rms"]
-    assert 200 < int_stats["count"].item() <= 256 and int_stats["var"].item() > 0
+    assert 200 < int_stats["count"].item() <= 256 + 1e-4 and int_stats["var"].item() > 0
     assert checkpoint["int_return_filter"].shape == (2,)
     assert {key.split(".")[0] for key in checkpoint["rnd"]} == {"target", "predictor"}
     model = torch.load(os.path.join(run_dir, "ppo_rnd_atari.cleanrl_model"), weights_only=True)
@@ -280,8 +354,9 @@ def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path
     """--compile (torch.compile of acting and of the update) changes how the same maths runs, not what is learned:
     on a fixed seed the losses agree up to float rounding (--no-channels-last: in the PPO and Procgen tests)."""
     flags = [*TINY_FLAGS, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
-    check_same_losses(monkeypatch, tmp_path, ppo_rnd_atari, flags, {"compiled": ["--compile"]},
-                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/rnd_loss"), compile_backend="aot_eager")  # fmt: skip
+    tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/rnd_loss")
+    variants = {"compiled": ["--compile"]}
+    check_same_losses(monkeypatch, tmp_path, ppo_rnd_atari, flags, variants, tags, compile_backend="aot_eager")
 
 
 def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
@@ -298,9 +373,11 @@ def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
     # Plant recognisable statistics: after the resume they must still be there, grown only by
     # the resumed iterations' frames (no new warm-up, no fresh normaliser).
     planted = 1e6
-    checkpoint["obs_rms"] = {"mean": torch.full((1, 84, 84), 100.0, dtype=torch.float64),
-                             "var": torch.full((1, 84, 84), 400.0, dtype=torch.float64),
-                             "count": torch.tensor(planted, dtype=torch.float64)}  # fmt: skip
+    planted_statistics = {"mean": 100.0, "var": 400.0}
+    checkpoint["obs_rms"] = {
+        name: torch.full((1, 84, 84), value, dtype=torch.float64) for name, value in planted_statistics.items()
+    }
+    checkpoint["obs_rms"]["count"] = torch.tensor(planted, dtype=torch.float64)
     checkpoint["int_return_rms"]["count"] = torch.tensor(planted, dtype=torch.float64)
     torch.save(checkpoint, checkpoint_path)
 
@@ -326,7 +403,7 @@ def test_sigterm_during_the_warm_up_resumes_the_warm_up(tmp_path):
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     assert checkpoint["iteration"] == 0 and checkpoint["global_step"] == 0
     assert 0 <= checkpoint["warmup_steps"] < 1_600_000
-    assert checkpoint["obs_rms"]["count"].item() <= 2 * checkpoint["warmup_steps"]
+    assert checkpoint["obs_rms"]["count"].item() <= 2 * checkpoint["warmup_steps"] + 1e-4
 
     # Pretend most of the warm-up was done: the resumed run finishes the last 5 steps, then trains.
     checkpoint["warmup_steps"] = 1_600_000 - 5
@@ -399,8 +476,11 @@ def test_defaults_and_derived_values():
     assert args.env_id == "MontezumaRevenge-v5" and args.repeat_action_probability == 0.25
     assert (args.num_envs, args.num_steps, args.batch_size, args.minibatch_size) == (128, 128, 16384, 4096)
     assert (args.gamma, args.int_gamma, args.ext_coef, args.int_coef) == (0.999, 0.99, 2.0, 1.0)
-    assert args.scaled_learning_rate == pytest.approx(1e-4) and args.num_iterations == 10_000_000 // 16384
+    assert ppo_rnd_atari.learning_rate(args, args.num_envs, 0) == pytest.approx(1e-4)
+    assert args.num_iterations == 10_000_000 // 16384 and args.planned_steps == args.num_iterations * 16384
     args = ppo_rnd_atari.validate_and_derive(
         ppo_rnd_atari.Args(num_envs=512, num_steps=32, minibatch_size=2048, lr_scaling="sqrt", runs_dir="/tmp")
     )
-    assert args.num_minibatches == 8 and args.scaled_learning_rate == pytest.approx(2e-4)  # k = 512 / 128 = 4
+    assert args.num_minibatches == 8 and ppo_rnd_atari.learning_rate(args, 512, 0) == pytest.approx(2e-4)  # k = 512 / 128 = 4
+    # annealed linearly over the planned steps, as in ppo_atari_envpool.py
+    assert ppo_rnd_atari.learning_rate(args, 512, args.planned_steps // 2) == pytest.approx(1e-4)
