@@ -87,6 +87,7 @@ def check(root: Path, fix: bool, only: list[str] | None = None) -> int:
             lines[start:end] = expected
         if replacements:
             (root / f"{script}.py").write_text("".join(lines))
+            blocks[script] = top_level_blocks(lines)  # its blocks moved: a script copying from it reads the new lines
     if not problems:
         print(f"{copies} copies checked: each is identical to its source" if not fix else f"{copies} copies up to date")
     return problems
