@@ -41,46 +41,11 @@ WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment (part of the run directory name)"""
-    seed: int = 1
-    """seed of the experiment (torch and the environments)"""
-    torch_deterministic: bool = True
-    """set `torch.backends.cudnn.deterministic`"""
-    cuda: bool = True
-    """use CUDA when available (falls back to the CPU with a notice)"""
-    track: bool = False
-    """also log to Weights & Biases (TensorBoard is always written; WANDB_MODE=offline works)"""
-    wandb_project_name: str = "parallel-data-collection"
-    """the Weights & Biases project"""
-    wandb_entity: str | None = None
-    """the Weights & Biases entity (team)"""
-    capture_video: bool = False
-    """after training, record one evaluation episode of the final policy to runs/.../videos/"""
-    runs_dir: str = "runs"
-    """folder that holds the run directories"""
-    save_model: bool = False
-    """save the final model to runs/.../{exp_name}.cleanrl_model"""
-    checkpoint_interval: int = 0
-    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
-    resume: str | None = None
-    """path of a checkpoint.pt to continue from (its run's flags are used)"""
-    # Speed (none of these changes what is learned, up to float rounding)
-    torch_threads: int | None = None
-    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
-    channels_last: bool = True
-    """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
-    fused_adam: bool = True
-    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
-    reuse_host_memory: bool = True
-    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
-    compile: bool = False
-    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
-    cudagraphs: bool = False
-    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
-    # Environment
+    # The study: environment and data collection
     env_id: str = "BigfishEasy-v0"
     """EnvPool Procgen task id (easy mode: BigfishEasy-v0, StarpilotEasy-v0, ...)"""
+    seed: int = 1
+    """seed of the experiment (torch and the environments)"""
     total_timesteps: int = 25_000_000
     """total environment steps (the paper's Procgen budget)"""
     num_envs: int = 64
@@ -91,7 +56,7 @@ class Args:
     """distinct levels to train on (0: unlimited, the paper's setting; Cobbe et al.'s generalisation protocol uses 200)"""
     start_level: int = 0
     """first level seed: training uses levels start_level .. start_level + num_levels - 1"""
-    # Optimisation
+    # The algorithm
     learning_rate: float = 5e-4
     """Adam learning rate (before --lr-scaling)"""
     lr_scaling: Literal["none", "sqrt", "linear", "inverse"] = "none"
@@ -141,12 +106,52 @@ class Args:
     """on metrics iterations save penultimate features and values to runs/.../embeddings.npz"""
     embeddings_per_iteration: int = 256
     """states saved per metrics iteration with --save-embeddings"""
-    # Derived after validation (not flags)
+    # Run, logging and checkpoints
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """name of this experiment (part of the run directory name)"""
+    runs_dir: str = "runs"
+    """folder that holds the run directories"""
+    track: bool = False
+    """also log to Weights & Biases (TensorBoard is always written; WANDB_MODE=offline works)"""
+    wandb_project_name: str = "parallel-data-collection"
+    """the Weights & Biases project"""
+    wandb_entity: str | None = None
+    """the Weights & Biases entity (team)"""
+    capture_video: bool = False
+    """after training, record one evaluation episode of the final policy to runs/.../videos/"""
+    save_model: bool = False
+    """save the final model to runs/.../{exp_name}.cleanrl_model"""
+    checkpoint_interval: int = 0
+    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
+    resume: str | None = None
+    """path of a checkpoint.pt to continue from (its run's flags are used)"""
+    # Speed: none of these changes what is learned, up to float rounding
+    cuda: bool = True
+    """use CUDA when available (falls back to the CPU with a notice)"""
+    torch_deterministic: bool = True
+    """set `torch.backends.cudnn.deterministic`"""
+    torch_threads: int | None = None
+    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    channels_last: bool = True
+    """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
+    fused_adam: bool = True
+    """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
+    reuse_host_memory: bool = True
+    """keep freed host memory for the next minibatch instead of page-faulting it back from the OS (glibc's mallopt)"""
+    compile: bool = False
+    """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
+    cudagraphs: bool = False
+    """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
+    # Derived after validation (not flags); --minibatch-size and --num-minibatches are filled in too
     batch_size: tyro.conf.Suppress[int] = 0
     num_iterations: tyro.conf.Suppress[int] = 0
-    scaled_learning_rate: tyro.conf.Suppress[float] = 0.0
+    planned_steps: tyro.conf.Suppress[int] = 0  # steps of the num_iterations full batches that fit the budget
 
 
+# ======================================================================================================================
+# ALGORITHM: the network, the maths of an iteration and the training loop. Change these to make a variant.
+# ======================================================================================================================
+# Copied from ppo_atari_envpool.layer_init
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -167,16 +172,17 @@ class ResidualBlock(nn.Module):
 
 def conv_sequence(in_channels: int, out_channels: int) -> nn.Sequential:
     """One IMPALA stage: a 3x3 convolution, a 3x3 max-pool with stride 2 (halves the frame), two residual blocks."""
-    return nn.Sequential(nn.Conv2d(in_channels, out_channels, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1),
-                         ResidualBlock(out_channels), ResidualBlock(out_channels))  # fmt: skip
+    convolution, pool = nn.Conv2d(in_channels, out_channels, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1)
+    return nn.Sequential(convolution, pool, ResidualBlock(out_channels), ResidualBlock(out_channels))
 
 
 def impala_cnn() -> nn.Sequential:
     """Espeholt et al. 2018 encoder: stages of 16, 32, 32 channels (64x64 -> 32 -> 16 -> 8), a 256-unit dense layer."""
-    return nn.Sequential(conv_sequence(3, 16), conv_sequence(16, 32), conv_sequence(32, 32),
-                         nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(32 * 8 * 8, 256)), nn.ReLU())  # fmt: skip
+    stages = [conv_sequence(3, 16), conv_sequence(16, 32), conv_sequence(32, 32)]
+    return nn.Sequential(*stages, nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(32 * 8 * 8, 256)), nn.ReLU())
 
 
+# Copied from ppo_atari_envpool.Agent with nature_cnn->impala_cnn, 512->256
 class Agent(nn.Module):
     def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True):
         super().__init__()
@@ -201,53 +207,76 @@ class Agent(nn.Module):
         logits = self.actor(actor_features)
         distribution = Categorical(logits=logits, validate_args=False)  # validation waits for the GPU (bool of a tensor)
         action = sample_actions(logits) if action is None else action
-        return action, distribution.log_prob(action), distribution.entropy(), self.critic(critic_features).squeeze(-1), logits
+        value = self.critic(critic_features).squeeze(-1)
+        return action, distribution.log_prob(action), distribution.entropy(), value, logits
 
 
 # Copied from ppo_atari_envpool.sample_actions
 def sample_actions(logits: torch.Tensor) -> torch.Tensor:
     """One action per row of (B, A) logits, drawn from softmax(logits) by the Gumbel-max trick: argmax(logits + G),
-    G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never waits."""
+    G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never
+    waits."""
     noise = torch.empty_like(logits).exponential_().clamp_(min=torch.finfo(logits.dtype).tiny)  # a 0 would always win
     return (logits - noise.log()).argmax(dim=-1)
 
 
-@torch.no_grad()
-def measure_agent(
-    agent: Agent, obs: torch.Tensor, actions: torch.Tensor, behavior_logits: torch.Tensor, batch_size: int, dormant_tau: float
-) -> dict[str, float]:
-    """The metrics/ tags that need a forward pass, after the update, on the metrics batch:
-    ratios and KL compare the updated policy with the policy that collected the rollout."""
-    with metrics.hidden_activations(agent) as activations:  # every hidden post-ReLU output, for the dormant neurons
-        actor_features, critic_features = agent.features(obs)
-    measured = {
-        "feature_rank": metrics.feature_rank(actor_features),
-        "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
-        "weight_norm": metrics.weight_norm(agent.parameters()),
-        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
-        **metrics.categorical_policy_change(agent.actor(actor_features), behavior_logits, actions, batch_size),
-    }
-    if agent.critic_encoder is not None:
-        measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
-    return measured
-
-
-@torch.no_grad()
-def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
-    """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
-    features, critic_features = agent.features(obs)
-    values = agent.critic(critic_features).squeeze(-1)
-    return {"features": features.cpu().numpy().astype(np.float16), "values": values.cpu().numpy(),
-            "iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}  # fmt: skip
-
-
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
+# Copied from ppo_atari_envpool.reset_step_mask
 def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
-    return 1.0 - previous_done.float()
+    return 1.0 - previous_done
 
 
+# Copied from ppo_isaacgym.RunningMeanStd
+class RunningMeanStd(nn.Module):
+    """Running mean and (population) variance of a stream of (B, *shape) batches; a module so that its statistics
+    follow .to(device) and state_dict(). The count starts at 1e-4 with variance 1 (as OpenAI baselines'
+    VecNormalize), so the first scaled rewards are not divided by a zero variance."""
+
+    def __init__(self, shape: tuple[int, ...] = ()):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, batch: torch.Tensor, weights: torch.Tensor | None = None) -> None:
+        """Merge a batch (Chan et al.'s parallel update); rows of weight 0 (reset steps) are left out without a host sync.
+        Under torchrun, the batches of every process, in one collective: the count and the sums of the deviations from
+        the running mean (the same everywhere) and of their squares, summed over the processes, so all hold the same
+        statistics. The buffers change in place: a compiled graph that reads them keeps their addresses."""
+        batch = batch.double()
+        weights = (torch.ones(len(batch), device=batch.device) if weights is None else weights).double()
+        weights = weights.reshape(-1, *[1] * (batch.dim() - 1))
+        deviation = batch - self.mean
+        moments = (weights, weights * deviation, weights * deviation.square())  # the count, the sum, the sum of squares
+        sums = all_ranks_sum(torch.cat([moment.sum(0).flatten() for moment in moments]))
+        count, deviation_sum, square_sum = sums[0], *(part.view_as(self.mean) for part in sums[1:].chunk(2))
+        delta = deviation_sum / count.clamp(min=1.0)  # the batch's mean minus the running mean
+        var = square_sum / count.clamp(min=1.0) - delta.square()
+        total = self.count + count
+        self.var.copy_((self.var * self.count + var * count + delta.square() * (self.count * count / total)) / total)
+        self.mean.add_(delta * (count / total))
+        self.count.copy_(total)
+
+    @property
+    def std(self) -> torch.Tensor:
+        return (self.var + 1e-8).sqrt()
+
+
+def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningMeanStd, gamma: float, clip: float):
+    """Reward scaling of the reference Procgen PPO (baselines' VecNormalize, returns only), for one step of N envs:
+    the discounted return R <- gamma R + r feeds a running variance (reset steps, valid = 0, left out), the reward
+    is divided by its std and clipped to [-clip, clip], and R restarts where an episode ended.
+    Returns (scaled rewards, the updated discounted return)."""
+    discounted_return = discounted_return * gamma + rewards
+    return_rms.update(discounted_return, valid)
+    scaled = (rewards / return_rms.std.float()).clamp(-clip, clip)
+    return scaled, discounted_return * (1.0 - dones)
+
+
+# Copied from ppo_atari_envpool.compute_gae
 def compute_gae(rewards, values, terminations, truncations, valid, next_value, gamma: float, gae_lambda: float):
     """GAE(lambda) advantages and returns over a (T, N) rollout with reset steps masked (next_value: (N,)).
 
@@ -268,19 +297,10 @@ def compute_gae(rewards, values, terminations, truncations, valid, next_value, g
     return advantages, advantages + values
 
 
-def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
-    """The sum of x over the processes of a torchrun run; x itself in a single process."""
-    if dist.is_initialized():
-        x = x.clone()
-        dist.all_reduce(x)
-    return x
-
-
 # Copied from ppo_atari_envpool.minibatch_statistics
 def minibatch_statistics(minibatch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every process
-    of a torchrun run in one collective (sums in float64). The loss divides by them, so that it holds no collective,
-    which a compiled graph or a CUDA graph would capture."""
+    """The number of real transitions (valid = 1) in the minibatch and their advantages' mean and std, over every
+    process of a torchrun run in one collective (sums in float64): what the loss divides by and normalises with."""
     mask, advantages = minibatch["valid"].double(), minibatch["advantages"].double()
     sums = all_ranks_sum(torch.stack([mask.sum(), (mask * advantages).sum(), (mask * advantages.square()).sum()]))
     count = sums[0].clamp(min=1.0)
@@ -297,68 +317,16 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> tor
     return (x * mask).sum() / count
 
 
-# Copied from ppo_atari_envpool.all_ranks_sum_gradients
-def all_ranks_sum_gradients(parameters) -> None:
-    """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
-    share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
-    if not dist.is_initialized():
-        return
-    gradients = [parameter.grad for parameter in parameters]
-    flat = torch.cat([gradient.flatten() for gradient in gradients])
-    dist.all_reduce(flat)
-    for gradient, summed in zip(gradients, flat.split([gradient.numel() for gradient in gradients]), strict=True):
-        gradient.copy_(summed.view_as(gradient))
-
-
-class RunningMeanStd(nn.Module):
-    """Running mean and variance of (B, *shape) batches in float64 buffers (they follow `.to(device)` and state_dict).
-    The count starts at 1e-4 with variance 1, as in baselines' VecNormalize: no division by a zero std at first."""
-
-    def __init__(self, shape: tuple[int, ...] = ()):
-        super().__init__()
-        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
-        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
-        self.register_buffer("count", torch.full((), 1e-4, dtype=torch.float64))
-
-    @torch.no_grad()
-    def update(self, batch: torch.Tensor, weights: torch.Tensor) -> None:
-        """Merge a batch (Chan et al.'s parallel update); rows of weight 0 (reset steps) are left out without a host sync.
-        Under torchrun, the batches of every process, in one collective: the count and the sums of the deviations from
-        the running mean (the same everywhere) and of their squares, summed over the processes, so all hold the same
-        statistics. The buffers change in place: a compiled graph that reads them keeps their addresses."""
-        batch = batch.double()
-        weights = weights.double().reshape((-1,) + (1,) * (batch.dim() - 1))
-        deviation = batch - self.mean
-        sums = all_ranks_sum(torch.cat([weights.sum().reshape(1), (weights * deviation).sum(0).flatten(),
-                                        (weights * deviation.square()).sum(0).flatten()]))  # fmt: skip
-        count, deviation_sum, square_sum = sums[0], *(part.view_as(self.mean) for part in sums[1:].chunk(2))
-        delta = deviation_sum / count.clamp(min=1.0)  # the batch's mean minus the running mean
-        var = square_sum / count.clamp(min=1.0) - delta.square()
-        total = self.count + count
-        self.var.copy_((self.var * self.count + var * count + delta.square() * (self.count * count / total)) / total)
-        self.mean.add_(delta * (count / total))
-        self.count.copy_(total)
-
-
-def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningMeanStd, gamma: float, clip: float):
-    """Reward scaling of the reference Procgen PPO (baselines' VecNormalize, returns only), for one step of N envs:
-    the discounted return R <- gamma R + r feeds a running variance (reset steps, valid = 0, left out), the reward
-    is divided by its std and clipped to [-clip, clip], and R restarts where an episode ended.
-    Returns (scaled rewards, the updated discounted return)."""
-    discounted_return = discounted_return * gamma + rewards
-    return_rms.update(discounted_return, valid)
-    scaled = (rewards / (return_rms.var.float() + 1e-8).sqrt()).clamp(-clip, clip)
-    return scaled, discounted_return * (1.0 - dones)
-
-
-def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor], *, clip_coef: float, clip_vloss: bool,
-             ent_coef: float, vf_coef: float, norm_adv: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:  # fmt: skip
-    """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages,
-    returns and valid (the reset-step mask: entries with 0 do not count)."""
+# Copied from ppo_atari_envpool.ppo_loss
+def ppo_loss(
+    new_logprob, new_value, entropy, minibatch, statistics, *, clip_coef, clip_vloss, ent_coef, vf_coef, norm_adv
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages, returns and valid (the
+    reset-step mask: entries with 0 do not count); `statistics` the `minibatch_statistics` of those."""
     mask, advantages, returns, old_value = (minibatch[k] for k in ("valid", "advantages", "returns", "values"))
-    count = minibatch["valid_count"]
+    count = statistics["valid_count"]
     if norm_adv:
-        advantages = (advantages - minibatch["advantage_mean"]) / (minibatch["advantage_std"] + 1e-8)
+        advantages = (advantages - statistics["advantage_mean"]) / (statistics["advantage_std"] + 1e-8)
     log_ratio = new_logprob - minibatch["logprobs"]
     ratio = log_ratio.exp()
     clipped_ratio = ratio.clamp(1 - clip_coef, 1 + clip_coef)
@@ -370,69 +338,101 @@ def ppo_loss(new_logprob, new_value, entropy, minibatch: dict[str, torch.Tensor]
     value_loss = 0.5 * masked_mean(value_error, mask, count)
     entropy_loss = masked_mean(entropy, mask, count)
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * value_loss
-    stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss,
-             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask, count),  # Schulman's k3 estimator
-             "clipfrac": masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)}  # fmt: skip
+    stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss}
+    stats["approx_kl"] = masked_mean((ratio - 1) - log_ratio, mask, count)  # Schulman's k3 estimator
+    stats["clipfrac"] = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)
     return loss, {name: value.detach() for name, value in stats.items()}
 
 
-def minibatch_backward(agent: Agent, minibatch: dict[str, torch.Tensor], args: Args) -> dict[str, torch.Tensor]:
-    """Forward pass, PPO loss and backward pass of one minibatch (one compiled graph with --compile); the loss statistics."""
+def compute_gradients(agent: Agent, minibatch: dict, statistics: dict, args: Args) -> dict:
+    """Forward pass, PPO loss and backward pass of one minibatch into the parameters' .grad (one compiled graph with
+    --compile); returns the loss statistics. Not a copy: the clipping epsilon is the flag's (there is no --target-ddr)."""
     _, new_logprob, entropy, new_value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
-    loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, clip_coef=args.clip_coef, clip_vloss=args.clip_vloss,
-                           ent_coef=args.ent_coef, vf_coef=args.vf_coef, norm_adv=args.norm_adv)  # fmt: skip
+    coefficients = {name: getattr(args, name) for name in ("clip_coef", "clip_vloss", "ent_coef", "vf_coef", "norm_adv")}
+    loss, stats = ppo_loss(new_logprob, new_value, entropy, minibatch, statistics, **coefficients)
     loss.backward()
     return stats
+
+
+# Copied from ppo_atari_envpool.learning_rate
+def learning_rate(args: Args, num_envs: int, step: int) -> float:
+    """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
+    k = num_envs / args.lr_reference_envs
+    scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
+    return scaled * (1 - step / args.planned_steps) if args.anneal_lr else scaled
+
+
+# ---- Measurements after the update (the functions themselves are in metrics.py) ----
+# Copied from ppo_atari_envpool.measure_agent
+@torch.no_grad()
+def measure_agent(agent: Agent, obs, actions, behavior_logits, batch_size: int, dormant_tau: float) -> dict[str, float]:
+    """The metrics/ tags that need a forward pass, after the update, on the metrics batch:
+    ratios and KL compare the updated policy with the policy that collected the rollout."""
+    with metrics.hidden_activations(agent) as activations:  # every hidden post-ReLU output, for the dormant neurons
+        actor_features, critic_features = agent.features(obs)
+    measured = {
+        "feature_rank": metrics.feature_rank(actor_features),
+        "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
+        "weight_norm": metrics.weight_norm(agent.parameters()),
+        # ess_pct, policy_variance, kl_behavior and ddr: the updated policy against the one that collected the rollout
+        **metrics.categorical_policy_change(agent.actor(actor_features), behavior_logits, actions, batch_size),
+    }
+    if agent.critic_encoder is not None:
+        measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
+    return measured
+
+
+# Copied from ppo_atari_envpool.embed
+@torch.no_grad()
+def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
+    """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
+    features, critic_features = agent.features(obs)
+    values = agent.critic(critic_features).squeeze(-1).cpu().numpy()
+    steps = {"iteration": np.full(len(obs), iteration), "global_step": np.full(len(obs), global_step)}
+    return {"features": features.cpu().numpy().astype(np.float16), "values": values, **steps}
 
 
 def main() -> None:
     args, checkpoint = parse_args()
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
     device = torch.device(f"cuda:{LOCAL_RANK}" if args.cuda and torch.cuda.is_available() else "cpu")
-    # Under torchrun each process steps its share of the envs and updates on its share of each minibatch.
-    num_envs, minibatch_size = args.num_envs // WORLD_SIZE, args.minibatch_size // WORLD_SIZE
 
-    # A resumed run starts new episodes from another env seed: EnvPool's game state cannot be saved.
-    # Easy or hard mode comes from the id; each game keeps its own time limit.
+    num_actions = envpool.make_spec(args.env_id).action_space.n
+    agent = Agent(num_actions, args.separate_networks, args.channels_last).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam)
+    act, update = agent.get_action_and_value, compute_gradients
+    if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
+        torch._inductor.config.fallback_random = True  # the eager path's random numbers: a seed draws the same actions
+        act, update = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, update))
+    return_rms = RunningMeanStd().to(device)  # of the discounted return, for the reward scaling
+    state = {"model": agent, "optimizer": optimizer, "return_rms": return_rms}  # what a checkpoint holds, with the counters
+    global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
+    if WORLD_SIZE > 1:  # the same initial weights everywhere, but each process its own action noise
+        torch.manual_seed(hash((args.seed, RANK, start_iteration)))
+
+    # This process's EnvPool pool (easy/hard mode from the id); a resumed run plays new episodes (EnvPool cannot save them).
+    num_envs = args.num_envs // WORLD_SIZE  # under torchrun each process steps its share of the envs
     seed = args.seed + start_iteration - 1  # Procgen in EnvPool seeds env i with the i-th draw of mt19937(seed) (tested)
     if WORLD_SIZE > 1:  # each process takes its share of those draws: together they step one process's envs and levels
         draws = np.random.RandomState(seed).randint(2**32, size=(WORLD_SIZE, num_envs), dtype=np.uint32)  # row r: process r
         seed = draws[RANK].view(np.int32).tolist()
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_levels=args.num_levels,
-                        start_level=args.start_level)  # fmt: skip
-    num_actions = envs.action_space.n
-    agent = Agent(num_actions, args.separate_networks, args.channels_last).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
-    act, backward = agent.get_action_and_value, minibatch_backward
-    if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
-        torch._inductor.config.fallback_random = True  # the eager path's random numbers: a seed draws the same actions
-        act, backward = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, backward))
-    return_rms = RunningMeanStd().to(device)  # of the discounted return, for the reward scaling
-    state = {"model": agent, "optimizer": optimizer, "return_rms": return_rms}  # what a checkpoint holds
-    global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
-    if WORLD_SIZE > 1:  # the same initial weights everywhere, but each process its own action noise
-        torch.manual_seed(hash((args.seed, RANK, start_iteration)))
-
+    levels = dict(num_levels=args.num_levels, start_level=args.start_level)
+    envs = envpool.make(args.env_id, "gymnasium", num_envs=num_envs, seed=seed, **levels)
     # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
     size = (args.num_steps, num_envs)
     # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
-    frames = torch.empty((size[0] * size[1], *envs.observation_space.shape), dtype=torch.uint8, device=device,
-                         memory_format=agent.memory_format)  # fmt: skip
-    rollout = {"obs": frames.zero_().unflatten(0, size),
-               "actions": torch.zeros(size, dtype=torch.long, device=device),
-               "logits": torch.zeros(size + (num_actions,), device=device)}  # fmt: skip
-    for name in ("logprobs", "values", "rewards", "valid"):
-        rollout[name] = torch.zeros(size, device=device)
-    # EnvPool's episode ends stay on the host until the rollout ends: one copy to the device per rollout, not per step.
-    # The reward scaling's running statistics take the reward, done and valid on the device every step.
+    shape = (size[0] * size[1], *envs.observation_space.shape)
+    frames = torch.empty(shape, dtype=torch.uint8, device=device, memory_format=agent.memory_format).zero_()
+    rollout = {"obs": frames.unflatten(0, size), "actions": torch.zeros(size, dtype=torch.long, device=device)}
+    rollout |= {"logits": torch.zeros((*size, num_actions), device=device)}
+    rollout |= {name: torch.zeros(size, device=device) for name in ("logprobs", "values", "rewards", "valid")}
+    # Episode ends stay on the host until the rollout ends (one copy to the device); the reward scaling is on the device.
     host = {name: np.zeros(size, dtype=np.float32) for name in ("terminations", "truncations")}
-
     next_obs = torch.tensor(envs.reset()[0], device=device)
     # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
     host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
-    next_done = torch.zeros(num_envs, device=device)
-    discounted_return = torch.zeros(num_envs, device=device)
+    next_done, discounted_return = torch.zeros(num_envs, device=device), torch.zeros(num_envs, device=device)
     episode_return = np.zeros(num_envs)
     finished_episodes: list[tuple[int, float, int]] = []  # (global step, return, length)
     recent_returns: deque[float] = deque(maxlen=20)
@@ -440,12 +440,10 @@ def main() -> None:
     if not normalise and RANK == 0:
         print(f"notice: no easy-mode return range for {args.env_id}; charts/normalized_return is not logged")
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step = time.time(), global_step
+    start_time, start_step, iteration = time.time(), global_step, start_iteration - 1
 
     for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = args.scaled_learning_rate * (1 - (iteration - 1) / args.num_iterations)
-
+        # ==== COLLECT ROLLOUT: N_RO steps of N_envs environments with the current policy, rewards scaled as they come ====
         rollout_start_step = global_step
         for step in range(args.num_steps):
             global_step += args.num_envs
@@ -461,9 +459,10 @@ def main() -> None:
             next_obs.copy_(host_obs, non_blocking=True)  # a no-op on the CPU, where host_obs is next_obs
             host["terminations"][step], host["truncations"][step] = terminations, truncations
             next_done = torch.as_tensor(np.maximum(terminations, truncations), dtype=torch.float32, device=device)
+            reward_now = torch.as_tensor(reward, dtype=torch.float32, device=device)
             rollout["rewards"][step], discounted_return = scale_rewards(
-                torch.as_tensor(reward, dtype=torch.float32, device=device), rollout["valid"][step], next_done,
-                discounted_return, return_rms, args.gamma, args.reward_clip)  # fmt: skip
+                reward_now, rollout["valid"][step], next_done, discounted_return, return_rms, args.gamma, args.reward_clip
+            )
 
             episode_return += reward  # raw reward; 0 on reset steps
             episode_over = terminations | truncations
@@ -473,6 +472,52 @@ def main() -> None:
         if stop_requested(stop_signal):  # checked once a rollout: the same answer in every process
             global_step = rollout_start_step  # the interrupted rollout is discarded
             break
+        rollout |= {name: torch.as_tensor(values, device=device) for name, values in host.items()}  # on the CPU: no copy
+
+        # ==== ADVANTAGES: GAE(lambda) of the scaled rewards, EnvPool's reset steps masked ====
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs)
+            gae_inputs = [rollout[name] for name in ("rewards", "values", "terminations", "truncations", "valid")]
+            rollout["advantages"], rollout["returns"] = compute_gae(*gae_inputs, next_value, args.gamma, args.gae_lambda)
+        batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
+
+        # ==== UPDATE: epochs of minibatches; the collectives of torchrun are here, not in the loss ====
+        optimizer.param_groups[0]["lr"] = learning_rate(args, args.num_envs, rollout_start_step)
+        measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
+        grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
+        minibatch_size = args.minibatch_size // WORLD_SIZE  # each process updates on its share of each minibatch
+        for _epoch in range(args.update_epochs):
+            permutation = torch.randperm(len(batch["obs"]), device=device)
+            for start in range(0, len(batch["obs"]), minibatch_size):
+                minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
+                statistics = minibatch_statistics(minibatch)  # one all-reduce under torchrun
+                optimizer.zero_grad()
+                stats = update(agent, minibatch, statistics, args)
+                minibatch_stats.append({name: value.clone() for name, value in stats.items()})  # a CUDA graph reuses them
+                all_ranks_sum_gradients(agent.parameters())
+                if measure and gradient_kurtosis is None:
+                    gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
+                grad_norms.append(nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm))
+                optimizer.step()
+            if args.target_kl is not None and all_ranks_sum(minibatch_stats[-1]["approx_kl"]) > args.target_kl:
+                break
+
+        # ==== MEASURE AND LOG ====
+        valid, charts, measured = batch["valid"].bool(), {"learning_rate": optimizer.param_groups[0]["lr"]}, {}
+        losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
+        losses["explained_variance"] = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
+        if measure:
+            valid_index = torch.nonzero(valid).squeeze(1)
+            sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
+            sampled = [batch[name][sample] for name in ("obs", "actions", "logits")]
+            measured = measure_agent(agent, *sampled, args.batch_size, args.dormant_tau)
+            measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
+            if args.save_embeddings and RANK == 0:
+                embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
+        charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
+        for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
+            for name, value in scalars.items():
+                writer.add_scalar(f"{group}/{name}", value, global_step)
         for step, finished_return, finished_length in all_ranks_list(finished_episodes):
             writer.add_scalar("charts/episodic_return", finished_return, step)
             writer.add_scalar("charts/episodic_length", finished_length, step)
@@ -481,128 +526,104 @@ def main() -> None:
                 writer.add_scalar("charts/normalized_return", normalized, step)
             recent_returns.append(float(finished_return))
         finished_episodes.clear()
-        rollout |= {name: torch.as_tensor(values, device=device) for name, values in host.items()}  # on the CPU: no copy
-
-        with torch.no_grad():
-            next_value = agent.get_value(next_obs)
-            rollout["advantages"], rollout["returns"] = compute_gae(
-                rollout["rewards"], rollout["values"], rollout["terminations"], rollout["truncations"],
-                rollout["valid"], next_value, args.gamma, args.gae_lambda)  # fmt: skip
-        batch = {name: values.flatten(0, 1) for name, values in rollout.items()}
-
-        measure = args.metrics_interval > 0 and (iteration % args.metrics_interval == 0 or iteration == args.num_iterations)
-        grad_norms, minibatch_stats, gradient_kurtosis = [], [], None
-        for _epoch in range(args.update_epochs):
-            permutation = torch.randperm(len(batch["obs"]), device=device)
-            for start in range(0, len(batch["obs"]), minibatch_size):
-                minibatch = {name: values[permutation[start : start + minibatch_size]] for name, values in batch.items()}
-                minibatch |= minibatch_statistics(minibatch)  # outside the compiled update: it holds the collective
-                optimizer.zero_grad()
-                # .clone(): a CUDA graph overwrites its outputs at its next replay
-                stats = {name: value.clone() for name, value in backward(agent, minibatch, args).items()}
-                all_ranks_sum_gradients(agent.parameters())
-                if measure and gradient_kurtosis is None:
-                    gradient_kurtosis = metrics.gradient_kurtosis(p.grad for p in agent.parameters() if p.grad is not None)
-                grad_norms.append(nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm))
-                optimizer.step()
-                minibatch_stats.append(stats)
-            if args.target_kl is not None and all_ranks_sum(stats["approx_kl"]) > args.target_kl:
-                break
-
-        valid, charts, measured = batch["valid"].bool(), {"learning_rate": optimizer.param_groups[0]["lr"]}, {}
-        losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
-        losses["explained_variance"] = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
-        if measure:
-            valid_index = torch.nonzero(valid).squeeze(1)
-            sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
-            measured = measure_agent(agent, batch["obs"][sample], batch["actions"][sample], batch["logits"][sample],
-                                     args.batch_size, args.dormant_tau)  # fmt: skip
-            measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
-            if args.save_embeddings and RANK == 0:
-                embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
-        charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
-        for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
-            for name, value in scalars.items():
-                writer.add_scalar(f"{group}/{name}", value, global_step)
         progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
-            save_checkpoint(run_dir, args, iteration, global_step, embeddings, **state)
+            save_checkpoint(run_dir, args, {"iteration": iteration, "global_step": global_step}, embeddings, **state)
 
-    finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **state)
+    loop_state = {"iteration": iteration, "global_step": global_step}  # Procgen's PPO adapts no value: the counters alone
+    finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **state)
 
 
-# ---- Plumbing, not part of the algorithm: flags, run directory, checkpoints, progress, video ----
-# (every script of the project has its own copy of this part)
+# ======================================================================================================================
+# PLUMBING: flags, run directory, processes, checkpoints, signals, progress, video; no need to read it to follow the
+# algorithm. The blocks marked `# Copied from` are the same in every script: `make lint` keeps them identical to their
+# source (change the source, then run `make fix-copies`).
+# ======================================================================================================================
+def validate_and_derive(args: Args) -> Args:
+    """Check every flag before anything is created (one line, exit 2); fill in the derived values. Not a copy: each
+    script has its own flags, and this one has a single N_envs x N_RO (no --schedule) and needs Qt 5."""
+    require_signs(
+        args,
+        positive="total_timesteps num_envs num_steps update_epochs num_minibatches lr_reference_envs metrics_batch "
+        "embeddings_per_iteration learning_rate adam_eps clip_coef max_grad_norm reward_clip target_kl minibatch_size "
+        "torch_threads",
+        non_negative="checkpoint_interval metrics_interval ent_coef vf_coef dormant_tau num_levels start_level",
+    )
+    require(0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}")
+    require(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}")
+    cudagraphs_ok = not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available())
+    require(cudagraphs_ok, "--cudagraphs needs --compile and CUDA")
+    spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
+    example = "e.g. BigfishEasy-v0, StarpilotEasy-v0"
+    require(spec_class == "ProcgenEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Procgen task ({example})")
+    args.batch_size = batch_size = args.num_envs * args.num_steps
+    minibatch_size = args.minibatch_size or batch_size // max(args.num_minibatches, 1)
+    split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
+    batch = f"batch (num_envs * num_steps = {batch_size})"
+    divides = minibatch_size > 0 and batch_size % minibatch_size == 0
+    require(divides, f"{split} does not divide the {batch} into equal minibatches")
+    require(args.total_timesteps >= batch_size, f"--total-timesteps {args.total_timesteps} is smaller than one {batch}")
+    splits = args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0
+    over = f"must split evenly over {WORLD_SIZE} processes"
+    require(splits, f"--num-envs {args.num_envs} and the minibatch size {minibatch_size} {over}")
+    try:  # EnvPool loads Procgen's C++ library, which needs Qt 5, only here
+        envpool.make_spec(args.env_id)
+    except ImportError as error:
+        install = "`sudo apt-get install -y libqt5gui5` (Debian/Ubuntu; `make setup` does it) or `dnf install qt5-qtbase`"
+        fail(f"EnvPool's Procgen cannot be loaded ({error}); if the Qt 5 runtime is missing: {install}")
+    args.minibatch_size, args.num_minibatches = minibatch_size, batch_size // minibatch_size
+    args.num_iterations = args.total_timesteps // batch_size
+    args.planned_steps = args.num_iterations * batch_size
+    return args
+
+
+# Copied from ppo_atari_envpool.fail
 def fail(message: str) -> None:
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
     sys.exit(2)
 
 
+# Copied from ppo_atari_envpool.require
+def require(ok: bool, message: str) -> None:
+    """fail(message) unless ok."""
+    if not ok:
+        fail(message)
+
+
+# Copied from ppo_atari_envpool.require_signs
+def require_signs(args: Args, positive: str, non_negative: str) -> None:
+    """The flags named in `positive` (None allowed: not given) must be > 0, those in `non_negative` >= 0."""
+    for name in positive.split():
+        value = getattr(args, name)
+        require(value is None or value > 0, f"--{name.replace('_', '-')} must be > 0, got {value}")
+    for name in non_negative.split():
+        require(getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+
+
+# Copied from ppo_atari_envpool.parse_args
 def parse_args() -> tuple[Args, dict | None]:
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
-    # Flags that say how to run, not what to learn: on --resume only these come from the command line.
-    runtime = ("cuda", "track", "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval",
-               "torch_threads", "channels_last", "fused_adam", "reuse_host_memory", "compile", "cudagraphs")  # fmt: skip
+    # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
+    runtime = {field.name for field in fields(Args)} & set(
+        "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
+        "channels_last fused_adam reuse_host_memory compile cudagraphs".split()
+    )
     if args.resume is not None:
-        if not os.path.isfile(args.resume):
-            fail(f"--resume {args.resume!r}: no such checkpoint file")
+        require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
         try:
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        if not isinstance(checkpoint, dict) or {*checkpoint.get("args", ()), *runtime} != {f.name for f in fields(Args)}:
-            fail(f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
+        ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
+        require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
     return validate_and_derive(args), checkpoint
 
 
-def validate_and_derive(args: Args) -> Args:
-    """Check every flag before anything is created (one line, exit 2); fill in the derived values."""
-    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
-    positive = ("total_timesteps", "num_envs", "num_steps", "update_epochs", "num_minibatches", "lr_reference_envs",
-                "metrics_batch", "embeddings_per_iteration", "learning_rate", "adam_eps", "clip_coef", "max_grad_norm",
-                "reward_clip", "target_kl", "minibatch_size", "torch_threads")  # fmt: skip
-    non_negative = ("checkpoint_interval", "metrics_interval", "ent_coef", "vf_coef", "dormant_tau", "num_levels",
-                    "start_level")  # fmt: skip
-    args.batch_size = args.num_envs * args.num_steps
-    minibatch_size = args.minibatch_size or args.batch_size // max(args.num_minibatches, 1)
-    split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
-    value = lambda name: getattr(args, name)  # noqa: E731
-    checks = [(value(name) is None or value(name) > 0, f"{flag(name)} must be > 0, got {value(name)}") for name in positive]
-    checks += [(getattr(args, name) >= 0, f"{flag(name)} must be >= 0, got {getattr(args, name)}") for name in non_negative]
-    checks += [
-        (0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}"),
-        (0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}"),
-        (not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
-         "--cudagraphs needs --compile and CUDA"),
-        (envpool.registration.registry.specs.get(args.env_id, (0, 0))[1] == "ProcgenEnvSpec",  # (module, spec class, ...)
-         f"--env-id {args.env_id!r} is not an EnvPool Procgen task (e.g. BigfishEasy-v0, StarpilotEasy-v0)"),
-        (minibatch_size > 0 and args.batch_size % minibatch_size == 0,
-         f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches"),
-        (args.total_timesteps >= args.batch_size,
-         f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})"),
-        (args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
-         f"--num-envs {args.num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"),
-    ]  # fmt: skip
-    for ok, message in checks:
-        if not ok:
-            fail(message)
-    try:  # EnvPool loads Procgen's C++ library, which needs Qt 5, only here
-        envpool.make_spec(args.env_id)
-    except ImportError as error:
-        fail(f"EnvPool's Procgen cannot be loaded ({error}); if the Qt 5 runtime is missing: `sudo apt-get install -y "
-             "libqt5gui5` (Debian/Ubuntu; `make setup` does it) or `dnf install qt5-qtbase`")  # fmt: skip
-    args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
-    args.num_iterations = args.total_timesteps // args.batch_size
-    k = args.num_envs / args.lr_reference_envs  # paper Fig. 11
-    lr_factor = {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
-    args.scaled_learning_rate = args.learning_rate * lr_factor
-    return args
-
-
+# Copied from ppo_atari_envpool.start_run
 def start_run(args: Args, checkpoint: dict | None):
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
@@ -639,20 +660,21 @@ def start_run(args: Args, checkpoint: dict | None):
         import wandb  # noqa: PLC0415 - optional at run time
 
         name = os.path.basename(run_dir)
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
-                   name=name, id=name, resume="allow", dir=run_dir, save_code=True)  # fmt: skip
+        wandb_run = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=name, id=name, dir=run_dir)
+        wandb.init(**wandb_run, sync_tensorboard=True, config=asdict(args), resume="allow", save_code=True)
     writer = SummaryWriter(run_dir)
     if not checkpoint:
         table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     # Steps, SPS, ETA, recent return: live on a terminal, a plain line every 30 s in a log file.
-    live = sys.stdout.isatty()
     log_lines = SimpleNamespace(write=lambda text: text.strip() and print(text.strip(), flush=True), flush=lambda: None)
-    progress = tqdm(total=args.total_timesteps, initial=checkpoint["global_step"] if checkpoint else 0, unit="step",
-                    unit_scale=True, file=sys.stdout if live else log_lines, mininterval=0.5 if live else 30)  # fmt: skip
+    output = dict(file=sys.stdout, mininterval=0.5) if sys.stdout.isatty() else dict(file=log_lines, mininterval=30)
+    initial = checkpoint["global_step"] if checkpoint else 0
+    progress = tqdm(total=args.total_timesteps, initial=initial, unit="step", unit_scale=True, **output)
     return run_dir, writer, progress, stop_signal
 
 
+# Copied from ppo_atari_envpool.stop_requested
 def stop_requested(stop_signal: list[int]) -> bool:
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
     Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
@@ -661,6 +683,16 @@ def stop_requested(stop_signal: list[int]) -> bool:
     return bool(received)
 
 
+# Copied from ppo_atari_envpool.all_ranks_sum
+def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum of x over the processes of a torchrun run; x itself in a single process."""
+    if dist.is_initialized():
+        x = x.clone()
+        dist.all_reduce(x)
+    return x
+
+
+# Copied from ppo_atari_envpool.all_ranks_list
 def all_ranks_list(items: list) -> list:
     """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
     if not dist.is_initialized():
@@ -670,15 +702,30 @@ def all_ranks_list(items: list) -> list:
     return [item for process_items in gathered for item in process_items]
 
 
-def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, embeddings: list, **modules) -> None:
-    """checkpoint.pt (state dicts, counters, RNG states: tensors and plain data for weights_only) and the
-    new embeddings, each written to a temporary file and renamed: a crash never leaves half a file. Process 0 only."""
+# Copied from ppo_atari_envpool.all_ranks_sum_gradients
+def all_ranks_sum_gradients(parameters) -> None:
+    """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
+    share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
+    if not dist.is_initialized():
+        return
+    gradients = [parameter.grad for parameter in parameters]
+    flat = torch.cat([gradient.flatten() for gradient in gradients])
+    dist.all_reduce(flat)
+    for gradient, summed in zip(gradients, flat.split([gradient.numel() for gradient in gradients]), strict=True):
+        gradient.copy_(summed.view_as(gradient))
+
+
+# Copied from ppo_atari_envpool.save_checkpoint
+def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list, **modules) -> None:
+    """checkpoint.pt (state dicts, the loop's counters and adapted values, RNG states: tensors and plain data for
+    weights_only) and the new embeddings, each written to a temporary file and renamed: a crash never leaves half a
+    file. Process 0 only."""
     if modules and RANK == 0:
         # The training device's generator only: the run may resume on a machine with fewer GPUs.
         rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
         state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
         path = os.path.join(run_dir, "checkpoint.pt")
-        torch.save(state | {"iteration": iteration, "global_step": global_step}, f"{path}.tmp")
+        torch.save(state | loop_state, f"{path}.tmp")
         os.replace(f"{path}.tmp", path)
     if embeddings:  # appended to what the run saved before
         path = os.path.join(run_dir, "embeddings.npz")
@@ -688,6 +735,7 @@ def save_checkpoint(run_dir: str, args: Args, iteration: int, global_step: int, 
         embeddings.clear()
 
 
+# Copied from ppo_atari_envpool.restore_checkpoint
 def restore_checkpoint(checkpoint: dict, **modules) -> int:
     """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
     try:
@@ -702,24 +750,25 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     return checkpoint["global_step"]
 
 
-def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_signal, **modules) -> None:
+# Copied from ppo_atari_envpool.finish_run
+def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **modules) -> None:
     """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
     embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
     progress.close()
     writer.close()
-    iteration = global_step // args.batch_size  # iterations completed: an interrupted rollout is not counted
-    interrupted = bool(stop_signal) and iteration < args.num_iterations
+    interrupted = bool(stop_signal) and loop_state["global_step"] < args.planned_steps
+    loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
-    save_checkpoint(run_dir, args, iteration, global_step, embeddings, **checkpointed)
-    if dist.is_initialized():  # summed gradients and moments keep every process's weights and reward statistics equal
-        state = [*modules["model"].parameters(), *modules["return_rms"].buffers()]
-        gathered = all_ranks_list([torch.cat([tensor.detach().double().flatten() for tensor in state]).cpu()])
+    save_checkpoint(run_dir, args, loop_state, embeddings, **checkpointed)
+    if dist.is_initialized():  # the summed gradients keep every process's weights identical: check it once
+        gathered = all_ranks_list([torch.cat([tensor.detach().flatten() for tensor in modules["model"].parameters()]).cpu()])
         same = sum(torch.equal(weights, gathered[0]) for weights in gathered)  # process 0 included
         if RANK == 0:
             print(f"weights identical on {same} of {WORLD_SIZE} processes")
         dist.destroy_process_group()
     if interrupted and RANK == 0:
-        print(f"stopped by signal {stop_signal[0]} at iteration {iteration}; continue with --resume {run_dir}/checkpoint.pt")
+        resume = f"--resume {run_dir}/checkpoint.pt"
+        print(f"stopped by signal {stop_signal[0]} at iteration {loop_state['iteration']}; continue with {resume}")
     if interrupted:
         sys.exit(128 + stop_signal[0])
     if RANK != 0:
@@ -731,16 +780,17 @@ def finish_run(run_dir, writer, progress, args, global_step, embeddings, stop_si
     if args.capture_video:
         record_video(modules["model"], args, run_dir)
     with open(os.path.join(run_dir, "done.json"), "w") as f:
-        json.dump({"global_step": global_step, "iterations": iteration}, f)
+        json.dump({"global_step": loop_state["global_step"], "iterations": loop_state["iteration"]}, f)
 
 
 @torch.no_grad()
 def record_video(agent: Agent, args: Args, run_dir: str) -> None:
-    """One episode of the final policy on the training levels, rendered by EnvPool, to MP4."""
+    """One episode of the final policy on the training levels, rendered by EnvPool, to MP4. Not a copy: each script
+    plays its own kind of environment."""
     from moviepy import ImageSequenceClip  # noqa: PLC0415 - only needed here
 
-    env = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, seed=args.seed, num_levels=args.num_levels,
-                       start_level=args.start_level, render_mode="rgb_array")  # fmt: skip
+    levels = dict(num_levels=args.num_levels, start_level=args.start_level)
+    env = envpool.make(args.env_id, "gymnasium", num_envs=1, seed=args.seed, render_mode="rgb_array", **levels)
     obs, frames, episode_return, episode_over = env.reset()[0], [], 0.0, False
     agent.cpu()  # training is over
     while not episode_over:

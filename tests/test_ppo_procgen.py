@@ -1,8 +1,10 @@
-"""ppo_procgen.py: IMPALA CNN shapes, reward scaling, EnvPool's Procgen reset step, end to end."""
+"""ppo_procgen.py: IMPALA CNN shapes, reward scaling, the loss's statistics, checkpoints' loop state, EnvPool's Procgen
+reset step, end to end."""
 
 import json
 import os
 import sys
+from types import SimpleNamespace
 
 import envpool
 import numpy as np
@@ -23,12 +25,23 @@ from conftest import (
 
 import metrics
 import ppo_procgen
-from ppo_procgen import ResidualBlock, RunningMeanStd, conv_sequence, impala_cnn, scale_rewards
+from ppo_procgen import (
+    Args,
+    ResidualBlock,
+    RunningMeanStd,
+    compute_gradients,
+    conv_sequence,
+    impala_cnn,
+    learning_rate,
+    minibatch_statistics,
+    ppo_loss,
+    scale_rewards,
+)
 
 SCRIPT = "ppo_procgen.py"
 # 4 envs x 32 steps x 8 iterations: 256 steps per env, several BigFish episodes (a random fish dies within ~50-300)
-TINY = ["--no-cuda", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2",
-        "--total-timesteps", "1024", "--metrics-interval", "2", "--metrics-batch", "24"]  # fmt: skip
+TINY = "--no-cuda --num-envs 4 --num-steps 32 --num-minibatches 2 --update-epochs 2 --total-timesteps 1024".split()
+TINY += "--metrics-interval 2 --metrics-batch 24".split()
 
 
 def test_impala_blocks_keep_or_halve_the_shape():
@@ -83,19 +96,103 @@ def test_running_mean_std_leaves_out_weight_zero_rows():
 
 def test_scale_rewards_by_hand():
     rms = RunningMeanStd()
-    rms.mean, rms.var, rms.count = torch.tensor(0.0, dtype=torch.float64), torch.tensor(4.0, dtype=torch.float64), \
-        torch.tensor(1e9, dtype=torch.float64)  # fmt: skip  # frozen: std 2
+    rms.var.fill_(4.0)
+    rms.count.fill_(1e9)  # frozen: std 2
     running = torch.tensor([1.0, 3.0])
-    scaled, running = scale_rewards(torch.tensor([2.0, 50.0]), torch.ones(2), torch.tensor([0.0, 1.0]), running, rms,
-                                    gamma=0.5, clip=10.0)  # fmt: skip
+    rewards, dones = torch.tensor([2.0, 50.0]), torch.tensor([0.0, 1.0])
+    scaled, running = scale_rewards(rewards, torch.ones(2), dones, running, rms, gamma=0.5, clip=10.0)
     torch.testing.assert_close(scaled, torch.tensor([1.0, 10.0]))  # 2 / 2, and 50 / 2 clipped to 10
     torch.testing.assert_close(running, torch.tensor([2.5, 0.0]))  # 0.5 * 1 + 2; the second episode ended
 
     fresh = RunningMeanStd()
-    _, running = scale_rewards(torch.tensor([1.0, 7.0]), torch.tensor([1.0, 0.0]), torch.zeros(2), torch.zeros(2),
-                               fresh, gamma=0.9, clip=10.0)  # fmt: skip
+    rewards, valid = torch.tensor([1.0, 7.0]), torch.tensor([1.0, 0.0])
+    _, running = scale_rewards(rewards, valid, torch.zeros(2), torch.zeros(2), fresh, gamma=0.9, clip=10.0)
     assert fresh.count.item() == pytest.approx(1 + 1e-4)  # the reset step (valid 0) is not counted
     assert fresh.mean.item() == pytest.approx(1.0, rel=1e-3)
+
+
+def test_running_mean_std_weights_are_optional_and_rewards_are_divided_by_its_std():
+    """ppo_isaacgym's RunningMeanStd: no weights counts every row; scale_rewards divides by `.std`, sqrt(var + 1e-8)."""
+    batch = torch.randn(16, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 3
+    unweighted, weighted = RunningMeanStd((2,)), RunningMeanStd((2,))
+    unweighted.update(batch)
+    weighted.update(batch, torch.ones(16))
+    for name, value in weighted.state_dict().items():
+        assert torch.equal(unweighted.state_dict()[name], value), name
+    rms = RunningMeanStd()
+    rms.var.fill_(1e-8)  # a std of sqrt(2e-8), not 1e-4
+    scaled, _ = scale_rewards(torch.tensor([1e-4]), torch.zeros(1), torch.zeros(1), torch.zeros(1), rms, gamma=0.9, clip=10.0)
+    torch.testing.assert_close(scaled, torch.tensor([1e-4 / 2e-8**0.5]))
+
+
+LOSS_COEFFICIENTS = dict(clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5, norm_adv=True)
+
+
+def test_ppo_loss_divides_by_the_count_of_the_statistics_it_is_given():
+    """The loss takes minibatch_statistics' count and moments (under torchrun, those of every process's real
+    transitions) as an argument: twice the count halves every term; reset steps (valid 0) count nowhere."""
+    generator = torch.Generator().manual_seed(3)
+    minibatch = {name: torch.randn(6, generator=generator) for name in ("logprobs", "values", "advantages", "returns")}
+    minibatch["valid"] = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    new = [torch.randn(6, generator=generator) * 0.1 for _ in range(3)]  # new log-prob, value, entropy
+    statistics = minibatch_statistics(minibatch)
+    real = minibatch["advantages"][minibatch["valid"].bool()]
+    assert statistics["valid_count"].item() == 4
+    torch.testing.assert_close(statistics["advantage_mean"], real.mean())
+    torch.testing.assert_close(statistics["advantage_std"], real.std(correction=0))
+    loss, stats = ppo_loss(*new, minibatch, statistics, **LOSS_COEFFICIENTS)
+    entropy = new[2][minibatch["valid"].bool()].sum() / 4
+    torch.testing.assert_close(stats["entropy"], entropy)
+    doubled = statistics | {"valid_count": statistics["valid_count"] * 2}
+    half_loss, half_stats = ppo_loss(*new, minibatch, doubled, **LOSS_COEFFICIENTS)
+    torch.testing.assert_close(half_loss, loss / 2)
+    for name, value in stats.items():
+        torch.testing.assert_close(half_stats[name], value / 2)
+
+
+def test_compute_gradients_backpropagates_the_loss_of_the_flags():
+    torch.manual_seed(0)
+    agent, args = ppo_procgen.Agent(15, separate_networks=True), Args(clip_coef=0.3, ent_coef=0.02, clip_vloss=False)
+    minibatch = {"obs": torch.randint(0, 256, (6, 3, 64, 64), dtype=torch.uint8), "actions": torch.randint(0, 15, (6,))}
+    minibatch |= {name: torch.randn(6) for name in ("logprobs", "values", "advantages", "returns")}
+    minibatch["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    statistics = minibatch_statistics(minibatch)
+    stats = compute_gradients(agent, minibatch, statistics, args)
+    assert all(parameter.grad is not None for parameter in agent.parameters())
+    with torch.no_grad():
+        _, logprob, entropy, value, _ = agent.get_action_and_value(minibatch["obs"], minibatch["actions"])
+    flags = dict(clip_coef=0.3, clip_vloss=False, ent_coef=0.02, vf_coef=0.5, norm_adv=True)
+    _, expected = ppo_loss(logprob, value, entropy, minibatch, statistics, **flags)
+    for name, value in expected.items():
+        torch.testing.assert_close(stats[name], value, msg=name)
+
+
+def test_learning_rate_is_scaled_for_num_envs_and_annealed_over_the_planned_steps():
+    """The learning_rate function (ppo_atari_envpool's) replaces the derived scaled_learning_rate: --lr-scaling sqrt
+    with 4x the reference envs doubles it; --anneal-lr takes it to 0 linearly over the iterations' steps."""
+    flags = dict(num_envs=256, num_steps=4, total_timesteps=4100, lr_scaling="sqrt", learning_rate=5e-4)
+    args = ppo_procgen.validate_and_derive(Args(**flags))
+    assert (args.batch_size, args.num_iterations, args.planned_steps) == (1024, 4, 4096)
+    assert [learning_rate(args, 256, step) for step in (0, 2048)] == [pytest.approx(1e-3)] * 2  # constant by default
+    args.anneal_lr = True
+    rates = [learning_rate(args, 256, (iteration - 1) * 1024) for iteration in (1, 2, 3, 4)]
+    assert rates == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+
+
+def test_an_interrupted_finish_checkpoints_the_loop_state_of_the_last_full_iteration(tmp_path):
+    """finish_run and save_checkpoint take the loop's state: the interrupted iteration does not count; the checkpoint
+    holds the counters and every module, the reward statistics included."""
+    args = ppo_procgen.validate_and_derive(Args(num_envs=4, num_steps=32, total_timesteps=1024))
+    quiet = SimpleNamespace(close=lambda: None)
+    modules = {"model": torch.nn.Linear(2, 2), "return_rms": RunningMeanStd()}
+    with pytest.raises(SystemExit) as stopped:
+        ppo_procgen.finish_run(str(tmp_path), quiet, quiet, args, {"iteration": 3, "global_step": 256}, [], [15], **modules)
+    assert stopped.value.code == 128 + 15
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert (checkpoint["iteration"], checkpoint["global_step"]) == (2, 256)
+    assert {"model", "return_rms", "args", "rng"} <= set(checkpoint)
+    ppo_procgen.save_checkpoint(str(tmp_path), args, {"iteration": 8, "global_step": 1024}, [], **modules)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["iteration"] == 8
 
 
 def test_every_easy_procgen_task_has_a_normalisation_range():
@@ -123,8 +220,8 @@ def test_envpool_num_levels_fixes_the_level_whatever_the_seed():
     """What --num-levels/--start-level mean: one level -> the same first frame under any seed."""
 
     def first_frames(**levels):
-        return [envpool.make("BigfishEasy-v0", env_type="gymnasium", num_envs=1, seed=seed, **levels).reset()[0][0]
-                for seed in (1, 2)]  # fmt: skip
+        pools = [envpool.make("BigfishEasy-v0", env_type="gymnasium", num_envs=1, seed=seed, **levels) for seed in (1, 2)]
+        return [pool.reset()[0][0] for pool in pools]
 
     one_level = first_frames(num_levels=1, start_level=7)
     assert np.array_equal(one_level[0], one_level[1])
@@ -148,8 +245,8 @@ def test_level_flags_reach_envpool(tmp_path, monkeypatch):
 
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
-    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--save-model",
-                        "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video")  # fmt: skip
+    artifacts = "--checkpoint-interval 3 --save-model --save-embeddings --embeddings-per-iteration 10 --capture-video"
+    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), *artifacts.split())
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir).startswith("BigfishEasy-v0__ppo_procgen__1__")
@@ -165,8 +262,8 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     assert all(0 < value <= 100 for _, value in scalars["metrics/ess_pct"])
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["batch_size"] == 128 and args["num_iterations"] == 8 and args["gamma"] == 0.999
-    checkpoint = check_run_artifacts(run_dir, "ppo_procgen", iterations=8, global_step=1024,
-                                     metric_iterations=[2, 4, 6, 8], embedding_rows=40, feature_dim=256)  # fmt: skip
+    expected = dict(iterations=8, global_step=1024, metric_iterations=[2, 4, 6, 8], embedding_rows=40, feature_dim=256)
+    checkpoint = check_run_artifacts(run_dir, "ppo_procgen", **expected)
     assert checkpoint["return_rms"]["count"].item() > 1  # the reward statistics travel with the model
 
 
@@ -187,8 +284,9 @@ def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(monkeypatch,
     the same maths runs, not what is learned: on a fixed seed the losses agree up to float rounding."""
     # 3 iterations of 1 minibatch per epoch: with TINY's 2, the rounding drift of the value loss by the 4th reached 0.2 %
     flags = [*TINY, "--total-timesteps", "384", "--num-minibatches", "1", "--torch-threads", "1"]
-    check_same_losses(monkeypatch, tmp_path, ppo_procgen, flags, {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
-                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"), compile_backend="aot_eager")  # fmt: skip
+    variants = {"compiled": ["--compile"], "nchw": ["--no-channels-last"]}
+    tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
+    check_same_losses(monkeypatch, tmp_path, ppo_procgen, flags, variants, tags, compile_backend="aot_eager")
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
@@ -236,8 +334,8 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fr
 
 
 # (flags, what tyro's message must name): EnvPool's Procgen has no --max-episode-steps; a switch takes no value
-TYRO_ERRORS = [(["--max-episode-steps", "100"], "--max-episode-steps"), (["--separate-networks", "maybe"], "maybe"),
-               (["--num-envs", "eight"], "--num-envs"), (["--lr-scaling", "cubic"], "--lr-scaling")]  # fmt: skip
+TYRO_ERRORS = [(["--max-episode-steps", "100"], "--max-episode-steps"), (["--separate-networks", "maybe"], "maybe")]
+TYRO_ERRORS += [(["--num-envs", "eight"], "--num-envs"), (["--lr-scaling", "cubic"], "--lr-scaling")]
 
 
 @pytest.mark.parametrize("flags, name", TYRO_ERRORS)
@@ -293,9 +391,8 @@ def reduction_worker(rank, init_file, leaves, data, out_path):
     rows = (slice(0, 4), slice(4, 7))[rank]
     parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # the same weights in both processes
     minibatch = {name: values[rows] for name, values in data.items()}
-    minibatch |= ppo_procgen.minibatch_statistics(minibatch)  # over both processes
-    loss, stats = ppo_procgen.ppo_loss(*(p[rows] for p in parameters), minibatch, clip_coef=0.2, clip_vloss=True,
-                                       ent_coef=0.01, vf_coef=0.5, norm_adv=True)  # fmt: skip
+    statistics = minibatch_statistics(minibatch)  # over both processes
+    loss, stats = ppo_loss(*(p[rows] for p in parameters), minibatch, statistics, **LOSS_COEFFICIENTS)
     loss.backward()
     ppo_procgen.all_ranks_sum_gradients(parameters)
     summed_stats = {name: ppo_procgen.all_ranks_sum(value) for name, value in stats.items()}
@@ -311,8 +408,7 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
     data["valid"] = torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0])
     leaves = [torch.randn(7, generator=generator) * 0.1 for _ in range(3)]  # new log-prob, value, entropy
     whole = [leaf.clone().requires_grad_() for leaf in leaves]
-    loss, stats = ppo_procgen.ppo_loss(*whole, data | ppo_procgen.minibatch_statistics(data), clip_coef=0.2, clip_vloss=True, ent_coef=0.01, vf_coef=0.5,
-                                       norm_adv=True)  # fmt: skip
+    loss, stats = ppo_loss(*whole, data, minibatch_statistics(data), **LOSS_COEFFICIENTS)
     loss.backward()
     torch.multiprocessing.spawn(reduction_worker, args=(tmp_path / "init", leaves, data, tmp_path / "out.pt"), nprocs=2)
     for rank in (0, 1):
@@ -363,8 +459,8 @@ def test_envpool_seeds_env_i_with_the_i_th_draw_so_processes_split_one_process_e
     for levels in ({}, {"num_levels": 3, "start_level": 5}):
         one = envpool.make("BigfishEasy-v0", env_type="gymnasium", num_envs=4, seed=7, **levels)
         draws = np.random.RandomState(7).randint(2**32, size=(2, 2), dtype=np.uint32)  # as main() does under torchrun
-        two = [envpool.make("BigfishEasy-v0", env_type="gymnasium", num_envs=2, seed=draws[rank].view(np.int32).tolist(),
-                            **levels) for rank in (0, 1)]  # fmt: skip
+        seeds = [draws[rank].view(np.int32).tolist() for rank in (0, 1)]
+        two = [envpool.make("BigfishEasy-v0", env_type="gymnasium", num_envs=2, seed=seed, **levels) for seed in seeds]
         for whole, split in zip(joined([one.reset()]), joined([pool.reset() for pool in two]), strict=True):
             assert np.array_equal(whole, split)
         for step_actions in actions:  # several episodes end and restart on the way
@@ -382,8 +478,8 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     assert "weights identical on 2 of 2 processes" in result.stdout  # the reward statistics included
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
     done = json.load(open(os.path.join(run_dir, "done.json")))
-    assert done == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json"))) == {
-        "global_step": 1024, "iterations": 8}  # fmt: skip
+    single_done = json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json")))
+    assert done == single_done == {"global_step": 1024, "iterations": 8}
     scalars = read_scalars(run_dir)
     expected = PPO_TAGS | {"charts/normalized_return"}
     assert expected <= set(scalars), expected - set(scalars)
