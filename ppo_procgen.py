@@ -11,8 +11,12 @@ losses, advantages, reward statistics and metrics; the reward statistics travel 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
+import itertools
 import json
+import math
 import os
 import signal
 import sys
@@ -502,6 +506,10 @@ def main() -> None:
             if args.target_kl is not None and all_ranks_sum(minibatch_stats[-1]["approx_kl"]) > args.target_kl:
                 break
 
+        # Procgen's frames are uint8: what could hold a NaN or inf is the rewards and what the update computed
+        losses_and_norms = torch.stack([value for stats in minibatch_stats for value in stats.values()] + grad_norms)
+        stop_if_not_finite(run_dir, iteration, global_step, rewards=rollout["rewards"], losses_or_gradients=losses_and_norms)
+
         # ==== MEASURE AND LOG ====
         valid, charts, measured = batch["valid"].bool(), {"learning_rate": optimizer.param_groups[0]["lr"]}, {}
         losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
@@ -594,12 +602,13 @@ def require(ok: bool, message: str) -> None:
 
 # Copied from ppo_atari_envpool.require_signs
 def require_signs(args: Args, positive: str, non_negative: str) -> None:
-    """The flags named in `positive` (None allowed: not given) must be > 0, those in `non_negative` >= 0."""
+    """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0."""
     for name in positive.split():
         value = getattr(args, name)
-        require(value is None or value > 0, f"--{name.replace('_', '-')} must be > 0, got {value}")
+        require(value is None or 0 < value < math.inf, f"--{name.replace('_', '-')} must be finite and > 0, got {value}")
     for name in non_negative.split():
-        require(getattr(args, name) >= 0, f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+        value = getattr(args, name)
+        require(0 <= value < math.inf, f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
 
 
 # Copied from ppo_atari_envpool.parse_args
@@ -649,11 +658,16 @@ def start_run(args: Args, checkpoint: dict | None):
     else:
         run_dir = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         try:
-            os.makedirs(run_dir, exist_ok=True)
+            os.makedirs(args.runs_dir, exist_ok=True)
+            for suffix in itertools.count(1):  # a run started in the same second gets _2, _3, ...: never a shared one
+                name = run_dir if suffix == 1 else f"{run_dir}_{suffix}"
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name)  # atomic: of two processes, one creates it and the other moves on
+                    break
+            run_dir = name
         except OSError as error:
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
-        with open(os.path.join(run_dir, "args.json"), "w") as f:
-            json.dump(asdict(args), f, indent=2)
+        write_atomically(os.path.join(run_dir, "args.json"), json.dumps(asdict(args), indent=2).encode())
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
     if args.track:
@@ -662,7 +676,8 @@ def start_run(args: Args, checkpoint: dict | None):
         name = os.path.basename(run_dir)
         wandb_run = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=name, id=name, dir=run_dir)
         wandb.init(**wandb_run, sync_tensorboard=True, config=asdict(args), resume="allow", save_code=True)
-    writer = SummaryWriter(run_dir)
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)  # hides the
+    # points that the interrupted run logged after its checkpoint: the resumed run logs those steps again
     if not checkpoint:
         table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -724,15 +739,59 @@ def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list
         # The training device's generator only: the run may resume on a machine with fewer GPUs.
         rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
         state = {name: module.state_dict() for name, module in modules.items()} | {"args": asdict(args), "rng": rng}
-        path = os.path.join(run_dir, "checkpoint.pt")
-        torch.save(state | loop_state, f"{path}.tmp")
-        os.replace(f"{path}.tmp", path)
+        buffer = io.BytesIO()
+        torch.save(state | loop_state, buffer)
+        write_atomically(os.path.join(run_dir, "checkpoint.pt"), buffer.getvalue())
     if embeddings:  # appended to what the run saved before
-        path = os.path.join(run_dir, "embeddings.npz")
+        path, buffer = os.path.join(run_dir, "embeddings.npz"), io.BytesIO()
         chunks = ([dict(np.load(path))] if os.path.exists(path) else []) + embeddings
-        np.savez_compressed(f"{path}.tmp.npz", **{key: np.concatenate([chunk[key] for chunk in chunks]) for key in chunks[0]})
-        os.replace(f"{path}.tmp.npz", path)
+        np.savez_compressed(buffer, **{key: np.concatenate([chunk[key] for chunk in chunks]) for key in chunks[0]})
+        write_atomically(path, buffer.getvalue())
         embeddings.clear()
+
+
+# Copied from ppo_atari_envpool.stop_if_not_finite
+def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **values: torch.Tensor) -> None:
+    """A NaN or inf in any of `values` (tensors on the training device: one host-device sync for all) ends the run with
+    one line naming them, before a checkpoint can keep weights that it reached; the last checkpoint stays; exit 1."""
+    finite = torch.stack([value.isfinite().all() for value in values.values()]).tolist()
+    if not all(finite):
+        names = ", ".join(name for name, ok in zip(values, finite, strict=True) if not ok)
+        checkpoint = os.path.join(run_dir or "", "checkpoint.pt")
+        kept = (
+            f"; the last checkpoint is unchanged: {checkpoint}"
+            if os.path.isfile(checkpoint)
+            else "; no checkpoint was written"
+        )
+        sys.stderr.write(f"error: non-finite {names} at iteration {iteration} (global step {global_step:,}){kept}\n")
+        sys.exit(1)
+
+
+# Copied from ppo_atari_envpool.write_atomically
+def write_atomically(path: str, data: bytes) -> None:
+    """Write `data` to a temporary file, flushed to the disk, and rename it to `path`: a crash never leaves half a file.
+    A failed write (a full or unwritable disk) removes the temporary file, keeps what `path` held and raises an OSError
+    that names `path` (see `stop_on_write_error`)."""
+    try:
+        with open(f"{path}.tmp", "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # some file systems report a full disk only here
+        os.replace(f"{path}.tmp", path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.remove(f"{path}.tmp")
+        raise OSError(error.errno, error.strerror, path) from None
+
+
+# Copied from ppo_atari_envpool.stop_on_write_error
+def stop_on_write_error(error: OSError) -> None:
+    """A full or unwritable disk ends the run with one line that names the file and the OS error, and how to resume
+    from the last checkpoint when there is one; exit status 1 (2 is for bad flags)."""
+    checkpoint = os.path.join(os.path.dirname(error.filename or ""), "checkpoint.pt")
+    resume = f"; the last checkpoint is intact: free space, then --resume {checkpoint}" if os.path.isfile(checkpoint) else ""
+    sys.stderr.write(f"error: cannot write {error.filename or 'to the run directory'}: {error.strerror or error}{resume}\n")
+    sys.exit(1)
 
 
 # Copied from ppo_atari_envpool.restore_checkpoint
@@ -760,8 +819,11 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
     loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
     save_checkpoint(run_dir, args, loop_state, embeddings, **checkpointed)
-    if dist.is_initialized():  # the summed gradients keep every process's weights identical: check it once
-        gathered = all_ranks_list([torch.cat([tensor.detach().flatten() for tensor in modules["model"].parameters()]).cpu()])
+    if dist.is_initialized():  # summed gradients and normaliser moments keep every process's state identical: check once
+        state = [
+            tensor for module in modules.values() if isinstance(module, nn.Module) for tensor in module.state_dict().values()
+        ]
+        gathered = all_ranks_list([torch.cat([tensor.detach().double().flatten() for tensor in state]).cpu()])
         same = sum(torch.equal(weights, gathered[0]) for weights in gathered)  # process 0 included
         if RANK == 0:
             print(f"weights identical on {same} of {WORLD_SIZE} processes")
@@ -774,13 +836,13 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
     if RANK != 0:
         return
     if args.save_model:
-        path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
-        torch.save(modules["model"].state_dict(), f"{path}.tmp")
-        os.replace(f"{path}.tmp", path)
+        buffer = io.BytesIO()
+        torch.save(modules["model"].state_dict(), buffer)
+        write_atomically(os.path.join(run_dir, f"{args.exp_name}.cleanrl_model"), buffer.getvalue())
     if args.capture_video:
         record_video(modules["model"], args, run_dir)
-    with open(os.path.join(run_dir, "done.json"), "w") as f:
-        json.dump({"global_step": loop_state["global_step"], "iterations": loop_state["iteration"]}, f)
+    done = {"global_step": loop_state["global_step"], "iterations": loop_state["iteration"]}
+    write_atomically(os.path.join(run_dir, "done.json"), json.dumps(done).encode())
 
 
 @torch.no_grad()
@@ -805,4 +867,7 @@ def record_video(agent: Agent, args: Args, run_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except OSError as error:  # a full or unwritable disk, wherever it is met
+        stop_on_write_error(error)

@@ -902,8 +902,11 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
     loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
     save_checkpoint(run_dir, args, loop_state, embeddings, **checkpointed)
-    if dist.is_initialized():  # the summed gradients keep every process's weights identical: check it once
-        gathered = all_ranks_list([torch.cat([tensor.detach().flatten() for tensor in modules["model"].parameters()]).cpu()])
+    if dist.is_initialized():  # summed gradients and normaliser moments keep every process's state identical: check once
+        state = [
+            tensor for module in modules.values() if isinstance(module, nn.Module) for tensor in module.state_dict().values()
+        ]
+        gathered = all_ranks_list([torch.cat([tensor.detach().double().flatten() for tensor in state]).cpu()])
         same = sum(torch.equal(weights, gathered[0]) for weights in gathered)  # process 0 included
         if RANK == 0:
             print(f"weights identical on {same} of {WORLD_SIZE} processes")
