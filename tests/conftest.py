@@ -15,6 +15,20 @@ from torch.utils._pytree import tree_leaves
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Every process the tests start (the scripts, torchrun's workers, the benchmarks' and sweeps' runs) inherits this
+# environment: tests/startup/sitecustomize.py leaves EnvPool's task families that no script uses unregistered, which
+# saves about a second of imports per process (its docstring says why and how to turn it off).
+STARTUP = os.path.join(ROOT, "tests", "startup")
+os.environ["PYTHONPATH"] = os.pathsep.join([STARTUP, *filter(None, [os.environ.get("PYTHONPATH")])])
+# One torch (OpenMP) thread per process, this one included. The tests' batches are tiny (a minibatch of 16 frames): a
+# second thread buys nothing there, and while a test process waits for another (torchrun's workers, the benchmark's
+# concurrent runs, or other jobs on a shared machine) the threads of an OpenMP team spin: 20 iterations of
+# ppo_isaacgym.py's tiny run took 63 s of CPU with 2 threads against 9 s with 1 on a busy 2-core machine. No test
+# measures throughput; the ones about thread counts (sweeps/launch.sh's split, benchmarks/sps.py's tables) set or
+# clear OMP_NUM_THREADS themselves.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
+
 # Every tag of the SPEC that ppo_atari_envpool.py writes.
 PPO_TAGS = {
     "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
@@ -86,12 +100,39 @@ def check_same_losses(monkeypatch, tmp_path, script, flags, variants, tags, comp
             )
 
 
+# A few iterations of 2 envs x 16 steps; a 40-step time limit guarantees finished games.
+TINY_PPO_FLAGS = ("--no-cuda", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
+                  "--total-timesteps", "256", "--max-episode-steps", "40", "--metrics-interval", "2",
+                  "--metrics-batch", "24")  # fmt: skip
+
+
 @pytest.fixture
 def tiny_ppo_flags():
-    """A few iterations of 2 envs x 16 steps; a 40-step time limit guarantees finished games."""
-    return ["--no-cuda", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
-            "--total-timesteps", "256", "--max-episode-steps", "40", "--metrics-interval", "2",
-            "--metrics-batch", "24"]  # fmt: skip
+    """TINY_PPO_FLAGS as a list a test may change."""
+    return list(TINY_PPO_FLAGS)
+
+
+@pytest.fixture(autouse=True)
+def restore_stop_handlers():
+    """A script's main() run in-process installs its own SIGTERM and SIGINT handlers (a stop request); put pytest's
+    back after each test, or Ctrl-C no longer stops the session."""
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+def run_twice(script, runs_dir, flags, first_flags=()):
+    """Two runs of `script` with the same `flags` (the first also with `first_flags`: flags that only add artifacts),
+    in runs_dir/first and runs_dir/second; asserts that both exit 0 and returns their CompletedProcess and run
+    directory: [(result, run_dir), (result, run_dir)]. For a module-scoped fixture whose first run serves the tiny-run
+    test and both the reproducibility test: one process start fewer than a tiny run plus two seeded runs."""
+    runs = []
+    for name, extra in (("first", first_flags), ("second", ())):
+        result = run_script(script, *flags, *extra, "--runs-dir", str(runs_dir / name))
+        assert result.returncode == 0, result.stderr
+        runs.append((result, only_run_dir(runs_dir / name)))
+    return runs
 
 
 def usage_error(main, monkeypatch, capsys, argv):

@@ -18,6 +18,7 @@ import torch
 from conftest import (
     PPO_TAGS,
     ROOT,
+    TINY_PPO_FLAGS,
     check_run_artifacts,
     check_same_losses,
     interrupt_with_sigterm,
@@ -25,6 +26,7 @@ from conftest import (
     read_scalars,
     run_script,
     run_torchrun,
+    run_twice,
     torchrun,
     tyro_error,
     usage_error,
@@ -148,13 +150,19 @@ def test_clipped_value_loss_is_pessimistic():
 SCRIPT = "ppo_atari_envpool.py"
 
 
-def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
-    result = run_script(SCRIPT, *tiny_ppo_flags, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3",
-                        "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video",
-                        "--track")  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    run_dir = only_run_dir(tmp_path)
-    assert os.path.basename(run_dir).startswith("Breakout-v5__ppo_atari_envpool__1__")
+@pytest.fixture(scope="module")
+def seeded_runs(tmp_path_factory):
+    """Two tiny runs with --separate-networks --seed 3, the first also with every artifact flag (which add files, not
+    randomness): the tiny-run test reads the first, the reproducibility test compares both."""
+    artifacts = ["--checkpoint-interval", "3", "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10",
+                 "--capture-video", "--track"]  # fmt: skip
+    flags = [*TINY_PPO_FLAGS, "--separate-networks", "--seed", "3"]
+    return run_twice(SCRIPT, tmp_path_factory.mktemp("seeded"), flags, artifacts)
+
+
+def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
+    _, run_dir = seeded_runs[0]
+    assert os.path.basename(run_dir).startswith("Breakout-v5__ppo_atari_envpool__3__")
 
     scalars = read_scalars(run_dir)
     assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
@@ -175,13 +183,8 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
                         embedding_rows=40, tracked=True)  # fmt: skip
 
 
-def test_seeded_runs_are_reproducible_and_separate_networks_log_critic_rank(tmp_path, tiny_ppo_flags):
-    logged = []
-    for name in ("a", "b"):
-        result = run_script(SCRIPT, *tiny_ppo_flags, "--separate-networks", "--seed", "3",
-                            "--runs-dir", str(tmp_path / name))  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        logged.append(read_scalars(only_run_dir(tmp_path / name)))
+def test_seeded_runs_are_reproducible_and_separate_networks_log_critic_rank(seeded_runs):
+    logged = [read_scalars(run_dir) for _, run_dir in seeded_runs]
     for tag in ("losses/value_loss", "losses/policy_loss", "losses/approx_kl", "metrics/grad_kurtosis"):
         assert logged[0][tag] == logged[1][tag], tag
     assert "metrics/feature_rank_critic" in logged[0]

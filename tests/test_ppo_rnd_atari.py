@@ -14,6 +14,7 @@ from conftest import (
     only_run_dir,
     read_scalars,
     run_script,
+    run_twice,
     tyro_error,
     usage_error,
 )
@@ -295,13 +296,19 @@ def test_compute_gradients_fills_the_policy_value_and_predictor_gradients_only()
 # --------------------------------------------------------------------------------------
 
 
-def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
-    artifacts = "--checkpoint-interval 3 --save-model --save-embeddings --embeddings-per-iteration 10 --capture-video"
-    result = run_script(SCRIPT, *TINY_FLAGS, "--runs-dir", str(tmp_path), *artifacts.split())
-    assert result.returncode == 0, result.stderr
+@pytest.fixture(scope="module")
+def seeded_runs(tmp_path_factory):
+    """Two tiny runs with --separate-networks --seed 3, the first also with every artifact flag (which add files, not
+    randomness): the tiny-run test reads the first, the reproducibility test compares both."""
+    artifacts = ["--checkpoint-interval", "3", "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10",
+                 "--capture-video"]  # fmt: skip
+    return run_twice(SCRIPT, tmp_path_factory.mktemp("seeded"), [*TINY_FLAGS, "--separate-networks", "--seed", "3"], artifacts)
+
+
+def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
+    result, run_dir = seeded_runs[0]
     assert "warm-up: 32 random-action steps" in result.stdout
-    run_dir = only_run_dir(tmp_path)
-    assert os.path.basename(run_dir).startswith("Breakout-v5__ppo_rnd_atari__1__")
+    assert os.path.basename(run_dir).startswith("Breakout-v5__ppo_rnd_atari__3__")
 
     scalars = read_scalars(run_dir)
     assert RND_TAGS <= set(scalars), RND_TAGS - set(scalars)
@@ -339,12 +346,8 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     assert np.load(os.path.join(run_dir, "embeddings.npz"))["int_values"].shape == (40,)
 
 
-def test_seeded_runs_are_reproducible_with_separate_networks(tmp_path):
-    logged = []
-    for name in ("a", "b"):
-        result = run_script(SCRIPT, *TINY_FLAGS, "--separate-networks", "--seed", "3", "--runs-dir", str(tmp_path / name))
-        assert result.returncode == 0, result.stderr
-        logged.append(read_scalars(only_run_dir(tmp_path / name)))
+def test_seeded_runs_are_reproducible_with_separate_networks(seeded_runs):
+    logged = [read_scalars(run_dir) for _, run_dir in seeded_runs]
     for tag in ("losses/value_loss", "losses/rnd_loss", "charts/intrinsic_reward", "metrics/grad_kurtosis"):
         assert logged[0][tag] == logged[1][tag], tag
     assert "metrics/feature_rank_critic" in logged[0]
