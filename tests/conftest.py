@@ -31,12 +31,26 @@ torch.set_num_threads(1)
 
 # Every tag of the SPEC that ppo_atari_envpool.py writes.
 PPO_TAGS = {
-    "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
-    "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "charts/learning_rate",
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/approx_kl",
+    "losses/clipfrac",
     "losses/explained_variance",
-    "metrics/feature_rank", "metrics/dormant_pct", "metrics/weight_norm", "metrics/grad_kurtosis",
-    "metrics/grad_norm", "metrics/ess_pct", "metrics/policy_variance", "metrics/kl_behavior", "metrics/ddr",
-}  # fmt: skip
+    "metrics/feature_rank",
+    "metrics/dormant_pct",
+    "metrics/weight_norm",
+    "metrics/grad_kurtosis",
+    "metrics/grad_norm",
+    "metrics/ess_pct",
+    "metrics/policy_variance",
+    "metrics/kl_behavior",
+    "metrics/ddr",
+}
 
 
 def run_script(script, *flags, env=None, timeout=600, cuda=False):
@@ -101,9 +115,25 @@ def check_same_losses(monkeypatch, tmp_path, script, flags, variants, tags, comp
 
 
 # A few iterations of 2 envs x 16 steps; a 40-step time limit guarantees finished games.
-TINY_PPO_FLAGS = ("--no-cuda", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
-                  "--total-timesteps", "256", "--max-episode-steps", "40", "--metrics-interval", "2",
-                  "--metrics-batch", "24")  # fmt: skip
+TINY_PPO_FLAGS = (
+    "--no-cuda",
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "2",
+    "--total-timesteps",
+    "256",
+    "--max-episode-steps",
+    "40",
+    "--metrics-interval",
+    "2",
+    "--metrics-batch",
+    "24",
+)
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from conftest import run_script
 def random_policy(*flags):
     result = run_script("benchmarks/random_policy.py", *flags)
     assert result.returncode == 0, result.stderr
-    match = re.search(r"(\d+) episodes of uniformly random actions: mean return (-?[\d.]+) .* mean length ([\d.]+)",
-                      result.stdout)  # fmt: skip
+    match = re.search(
+        r"(\d+) episodes of uniformly random actions: mean return (-?[\d.]+) .* mean length ([\d.]+)", result.stdout
+    )
     assert match, result.stdout
     return int(match[1]), float(match[2]), float(match[3])
 
@@ -29,13 +30,40 @@ def test_random_policy_on_mujoco():
 def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_reports_a_failed_run():
     """One invocation (each costs a dozen tiny training runs): a candidate flag set the script rejects fails alone and
     the benchmark goes on, then exits 1; the torchrun, thread-split and MuJoCo-backend tables."""
-    result = run_script("benchmarks/sps.py", "--scripts", "ppo_atari_envpool.py", "--num-envs", "2", "--num-steps", "16",
-                        "--total-timesteps", "64", "--metrics-interval", "2", "--metrics-batch", "16", "--repeats", "1",
-                        "--raw-steps", "20", "--nproc", "2", "--jobs", "2", "--candidates", "no-such-flag", "--mjwarp",
-                        "--warp-steps", "3", env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    result = run_script(
+        "benchmarks/sps.py",
+        "--scripts",
+        "ppo_atari_envpool.py",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "16",
+        "--total-timesteps",
+        "64",
+        "--metrics-interval",
+        "2",
+        "--metrics-batch",
+        "16",
+        "--repeats",
+        "1",
+        "--raw-steps",
+        "20",
+        "--nproc",
+        "2",
+        "--jobs",
+        "2",
+        "--candidates",
+        "no-such-flag",
+        "--mjwarp",
+        "--warp-steps",
+        "3",
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 1, result.stderr
-    assert any(line.startswith("failed: ppo_atari_envpool.py --no-such-flag") and "status 2" in line
-               for line in result.stderr.splitlines()), result.stderr  # fmt: skip
+    assert any(
+        line.startswith("failed: ppo_atari_envpool.py --no-such-flag") and "status 2" in line
+        for line in result.stderr.splitlines()
+    ), result.stderr
     lines = result.stdout.splitlines()
     assert any(line.startswith("EnvPool raw rate, Breakout-v5") for line in lines)
     main_table = lines[lines.index(next(line for line in lines if line.startswith("SPS with metrics every 2"))) + 1 :]
@@ -65,10 +93,14 @@ def test_sps_benchmark_refuses_cuda_without_a_gpu():
 
 
 def test_async_envs_benchmark_times_the_three_modes():
-    result = run_script("benchmarks/async_envs.py", "--num-envs", "2", "--steps", "5", "--repeats", "1",
-                        env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    result = run_script(
+        "benchmarks/async_envs.py", "--num-envs", "2", "--steps", "5", "--repeats", "1", env={"OMP_NUM_THREADS": "1"}
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split("  ")[0] for line in lines] == ["sync, 2 envs", "async, pool of 4 in batches of 2",
-                                                       "async, pool of 2 in batches of 1"]  # fmt: skip
+    assert [line.split("  ")[0] for line in lines] == [
+        "sync, 2 envs",
+        "async, pool of 4 in batches of 2",
+        "async, pool of 2 in batches of 1",
+    ]
     assert all(float(line.split()[-2].replace(",", "")) > 0 for line in lines)

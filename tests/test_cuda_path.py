@@ -31,9 +31,11 @@ HOST_COPY = ["copy to the host"]  # the action copy: EnvPool steps on the host
 def pixel_step_storage(num_steps, num_envs, obs_shape, memory_format, num_actions, fields=("logprobs", "values")):
     """Rollout storage as the scripts allocate it, on the GPU: frames in the network's layout, then the other fields."""
     frames = torch.empty((num_steps * num_envs, *obs_shape), dtype=torch.uint8, device=GPU, memory_format=memory_format)
-    rollout = {"obs": frames.zero_().unflatten(0, (num_steps, num_envs)),
-               "actions": torch.zeros(num_steps, num_envs, dtype=torch.long, device=GPU),
-               "logits": torch.zeros(num_steps, num_envs, num_actions, device=GPU)}  # fmt: skip
+    rollout = {
+        "obs": frames.zero_().unflatten(0, (num_steps, num_envs)),
+        "actions": torch.zeros(num_steps, num_envs, dtype=torch.long, device=GPU),
+        "logits": torch.zeros(num_steps, num_envs, num_actions, device=GPU),
+    }
     return rollout | {name: torch.zeros(num_steps, num_envs, device=GPU) for name in fields}
 
 
@@ -122,9 +124,12 @@ def test_continuous_step_does_not_wait_for_the_gpu():
 
 
 def categorical_minibatch(num_actions=6, obs_shape=(4, 84, 84), size=16):
-    return {"obs": torch.zeros((size, *obs_shape), dtype=torch.uint8, device=GPU),
-            "actions": torch.zeros(size, dtype=torch.long, device=GPU), "logits": torch.zeros(size, num_actions, device=GPU),
-            **{name: torch.zeros(size, device=GPU) for name in ("logprobs", "values", "advantages", "returns", "valid")}}  # fmt: skip
+    return {
+        "obs": torch.zeros((size, *obs_shape), dtype=torch.uint8, device=GPU),
+        "actions": torch.zeros(size, dtype=torch.long, device=GPU),
+        "logits": torch.zeros(size, num_actions, device=GPU),
+        **{name: torch.zeros(size, device=GPU) for name in ("logprobs", "values", "advantages", "returns", "valid")},
+    }
 
 
 @pytest.mark.parametrize("module", [ppo_atari_envpool, ppo_ewma_atari, ppo_procgen], ids=lambda m: m.__name__)
@@ -154,9 +159,12 @@ def test_ppo_advantages_update_and_metrics_on_the_gpu(module):
 def test_pqn_targets_update_and_metrics_on_the_gpu():
     q_network = pqn_atari.QNetwork(6).to(GPU)
     rollout = [torch.zeros(5, 8, device=GPU) for _ in range(5)]  # rewards, next max Q, terminations, truncations, valid
-    minibatch = {"obs": torch.zeros(16, 4, 84, 84, dtype=torch.uint8, device=GPU),
-                 "actions": torch.zeros(16, dtype=torch.long, device=GPU),
-                 "targets": torch.zeros(16, device=GPU), "valid": torch.zeros(16, device=GPU)}  # fmt: skip
+    minibatch = {
+        "obs": torch.zeros(16, 4, 84, 84, dtype=torch.uint8, device=GPU),
+        "actions": torch.zeros(16, dtype=torch.long, device=GPU),
+        "targets": torch.zeros(16, device=GPU),
+        "valid": torch.zeros(16, device=GPU),
+    }
     with HostSyncs() as syncs:
         pqn_atari.compute_q_lambda_targets(*rollout, 0.99, 0.65)
         pqn_atari.compute_gradients(q_network, minibatch)
@@ -188,8 +196,11 @@ def test_rnd_advantages_update_and_metrics_on_the_gpu():
 
 def test_continuous_advantages_update_and_metrics_on_the_gpu():
     agent = ppo_isaacgym.Agent(obs_dim=5, action_dim=2, separate_networks=True).to(GPU)
-    minibatch = {"obs": torch.zeros(16, 5, device=GPU), "actions": torch.zeros(16, 2, device=GPU),
-                 **{name: torch.zeros(16, device=GPU) for name in ("logprobs", "values", "advantages", "returns", "valid")}}  # fmt: skip
+    minibatch = {
+        "obs": torch.zeros(16, 5, device=GPU),
+        "actions": torch.zeros(16, 2, device=GPU),
+        **{name: torch.zeros(16, device=GPU) for name in ("logprobs", "values", "advantages", "returns", "valid")},
+    }
     with HostSyncs() as syncs:
         ppo_isaacgym.compute_gae(*(torch.zeros(5, 8, device=GPU) for _ in range(5)), torch.zeros(8, device=GPU), 0.99, 0.95)
         statistics = ppo_isaacgym.minibatch_statistics(minibatch)
@@ -273,8 +284,10 @@ def test_collectives_per_minibatch_and_per_normaliser_update(module, monkeypatch
         agent, minibatch = module.Agent(5, 2, False), {"obs": torch.zeros(8, 5), "actions": torch.zeros(8, 2)}
     else:
         agent = module.Agent(6, False)
-        minibatch = {"obs": torch.zeros((8, 3, 64, 64) if module is ppo_procgen else (8, 4, 84, 84), dtype=torch.uint8),
-                     "actions": torch.zeros(8, dtype=torch.long)}  # fmt: skip
+        minibatch = {
+            "obs": torch.zeros((8, 3, 64, 64) if module is ppo_procgen else (8, 4, 84, 84), dtype=torch.uint8),
+            "actions": torch.zeros(8, dtype=torch.long),
+        }
     minibatch |= {name: torch.rand(8) for name in ("logprobs", "values", "advantages", "returns")} | {"valid": torch.ones(8)}
     statistics = module.minibatch_statistics(minibatch)
     assert collectives == [(3,)]
@@ -288,8 +301,11 @@ def test_collectives_per_minibatch_and_per_normaliser_update(module, monkeypatch
         assert collectives[2:] == [(1 + 2 * 5,)]
 
 
-@pytest.mark.parametrize("module", [ppo_atari_envpool, ppo_ewma_atari, pqn_atari, ppo_rnd_atari, ppo_procgen, ppo_isaacgym],
-                         ids=lambda m: m.__name__)  # fmt: skip
+@pytest.mark.parametrize(
+    "module",
+    [ppo_atari_envpool, ppo_ewma_atari, pqn_atari, ppo_rnd_atari, ppo_procgen, ppo_isaacgym],
+    ids=lambda m: m.__name__,
+)
 def test_checkpoint_keeps_the_training_gpus_random_state_and_resumes_with_fewer_gpus(module, monkeypatch, tmp_path):
     """An 8-GPU checkpoint of an older version (every visible GPU's state) resumes on one GPU; a new checkpoint holds the
     training device's state only. CUDA's generator functions are stood in for: this machine may have no GPU."""
@@ -300,8 +316,12 @@ def test_checkpoint_keeps_the_training_gpus_random_state_and_resumes_with_fewer_
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: pytest.fail("would fail with fewer GPUs"))
     layer = torch.nn.Linear(2, 2)
     eight_gpus = [torch.full((16,), gpu, dtype=torch.uint8) for gpu in range(8)]
-    checkpoint = {"model": layer.state_dict(), "iteration": 3, "global_step": 96,
-                  "rng": {"torch": torch.get_rng_state(), "cuda": eight_gpus}}  # fmt: skip
+    checkpoint = {
+        "model": layer.state_dict(),
+        "iteration": 3,
+        "global_step": 96,
+        "rng": {"torch": torch.get_rng_state(), "cuda": eight_gpus},
+    }
     assert module.restore_checkpoint(checkpoint, model=layer) == 96
     assert len(restored) == 1 and torch.equal(restored[0], eight_gpus[0])
     module.save_checkpoint(str(tmp_path), module.Args(), {"iteration": 1, "global_step": 32}, [], model=layer)
@@ -314,8 +334,10 @@ def test_single_process_scripts_refuse_torchrun_in_one_line(script, monkeypatch,
     module = {"pqn_atari.py": pqn_atari, "ppo_rnd_atari.py": ppo_rnd_atari}[script]
     monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it
     line = usage_error(module.main, monkeypatch, capsys, [script, "--runs-dir", str(tmp_path)])
-    assert line == (f"error: {script} runs as one process: start it with python, not torchrun (which would run 2 identical "
-                    "copies); the PPO scripts split one run over torchrun's processes")  # fmt: skip
+    assert line == (
+        f"error: {script} runs as one process: start it with python, not torchrun (which would run 2 identical "
+        "copies); the PPO scripts split one run over torchrun's processes"
+    )
     assert not os.listdir(tmp_path)
 
 
@@ -325,8 +347,24 @@ def test_single_process_scripts_refuse_torchrun_in_one_line(script, monkeypatch,
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make test on a GPU machine runs it)")
 needs_two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (one per NCCL process)")
-TINY = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "256",
-        "--metrics-interval", "2", "--metrics-batch", "24", "--checkpoint-interval", "2"]  # fmt: skip
+TINY = [
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "2",
+    "--total-timesteps",
+    "256",
+    "--metrics-interval",
+    "2",
+    "--metrics-batch",
+    "24",
+    "--checkpoint-interval",
+    "2",
+]
 CUDA_RUNS = {
     "ppo_atari_envpool.py": [*TINY, "--max-episode-steps", "40"],
     "ppo_ewma_atari.py": [*TINY, "--max-episode-steps", "40"],

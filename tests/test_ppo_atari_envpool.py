@@ -38,14 +38,28 @@ from ppo_atari_envpool import compute_gae, minibatch_statistics, ppo_loss, reset
 
 def gae(rewards, values, terminations, truncations, valid, next_value, gamma=0.5, lam=0.5):
     column = lambda xs: torch.tensor(xs, dtype=torch.float32)[:, None]  # noqa: E731 - (T, N=1)
-    return compute_gae(column(rewards), column(values), column(terminations), column(truncations), column(valid),
-                       torch.tensor([next_value]), gamma, lam)  # fmt: skip
+    return compute_gae(
+        column(rewards),
+        column(values),
+        column(terminations),
+        column(truncations),
+        column(valid),
+        torch.tensor([next_value]),
+        gamma,
+        lam,
+    )
 
 
 def test_gae_termination_and_reset_step():
     # t=1 ends the episode (terminal), t=2 is EnvPool's reset step, t=3 a new episode.
-    advantages, returns = gae(rewards=[1, 2, 0, 3], values=[0.5, 1.0, 4.0, 2.0], terminations=[0, 1, 0, 0],
-                              truncations=[0, 0, 0, 0], valid=[1, 1, 0, 1], next_value=1.0)  # fmt: skip
+    advantages, returns = gae(
+        rewards=[1, 2, 0, 3],
+        values=[0.5, 1.0, 4.0, 2.0],
+        terminations=[0, 1, 0, 0],
+        truncations=[0, 0, 0, 0],
+        valid=[1, 1, 0, 1],
+        next_value=1.0,
+    )
     # t=3: 3 + 0.5*1 - 2 = 1.5; t=2: masked; t=1: 2 + 0 - 1 = 1 (no bootstrap, chain cut);
     # t=0: (1 + 0.5*1 - 0.5) + 0.5*0.5*1 = 1.25
     assert advantages[:, 0].tolist() == pytest.approx([1.25, 1.0, 0.0, 1.5])
@@ -54,15 +68,20 @@ def test_gae_termination_and_reset_step():
 
 def test_gae_truncation_bootstraps_from_last_observation():
     # Same rollout but t=1 is a time-limit truncation: values[2] = V(last observation) = 4
-    advantages, _ = gae(rewards=[1, 2, 0, 3], values=[0.5, 1.0, 4.0, 2.0], terminations=[0, 0, 0, 0],
-                        truncations=[0, 1, 0, 0], valid=[1, 1, 0, 1], next_value=1.0)  # fmt: skip
+    advantages, _ = gae(
+        rewards=[1, 2, 0, 3],
+        values=[0.5, 1.0, 4.0, 2.0],
+        terminations=[0, 0, 0, 0],
+        truncations=[0, 1, 0, 0],
+        valid=[1, 1, 0, 1],
+        next_value=1.0,
+    )
     # t=1: 2 + 0.5*4 - 1 = 3 (chain still cut); t=0: 1 + 0.25*3 = 1.75
     assert advantages[:, 0].tolist() == pytest.approx([1.75, 3.0, 0.0, 1.5])
 
 
 def test_gae_without_episode_end_is_plain_gae():
-    advantages, _ = gae(rewards=[1, 1], values=[0, 0], terminations=[0, 0], truncations=[0, 0], valid=[1, 1],
-                        next_value=2.0)  # fmt: skip
+    advantages, _ = gae(rewards=[1, 1], values=[0, 0], terminations=[0, 0], truncations=[0, 0], valid=[1, 1], next_value=2.0)
     # t=1: 1 + 0.5*2 = 2; t=0: 1 + 0.25*2 = 1.5
     assert advantages[:, 0].tolist() == pytest.approx([1.5, 2.0])
 
@@ -89,10 +108,21 @@ def test_reset_step_mask_on_a_scripted_envpool_episode():
 
 
 def loss_args(**overrides):
-    base = dict(new_logprob=torch.zeros(2), old_logprob=torch.zeros(2), advantages=torch.tensor([1.0, -2.0]),
-                new_value=torch.tensor([1.0, 2.0]), old_value=torch.tensor([1.0, 2.0]), returns=torch.zeros(2),
-                entropy=torch.tensor([0.5, 1.5]), mask=torch.ones(2), clip_coef=0.2, clip_vloss=False,
-                ent_coef=0.01, vf_coef=0.5, norm_adv=False)  # fmt: skip
+    base = dict(
+        new_logprob=torch.zeros(2),
+        old_logprob=torch.zeros(2),
+        advantages=torch.tensor([1.0, -2.0]),
+        new_value=torch.tensor([1.0, 2.0]),
+        old_value=torch.tensor([1.0, 2.0]),
+        returns=torch.zeros(2),
+        entropy=torch.tensor([0.5, 1.5]),
+        mask=torch.ones(2),
+        clip_coef=0.2,
+        clip_vloss=False,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        norm_adv=False,
+    )
     return {**base, **overrides}
 
 
@@ -112,37 +142,81 @@ def test_ppo_loss_hand_computed():
 
 def test_ppo_loss_clips_the_ratio():
     up = torch.full((1,), math.log(1.5))
-    _, positive = call_ppo_loss(**loss_args(new_logprob=up, old_logprob=torch.zeros(1), advantages=torch.ones(1),
-                                       new_value=torch.zeros(1), old_value=torch.zeros(1), returns=torch.zeros(1),
-                                       entropy=torch.zeros(1), mask=torch.ones(1)))  # fmt: skip
+    _, positive = call_ppo_loss(
+        **loss_args(
+            new_logprob=up,
+            old_logprob=torch.zeros(1),
+            advantages=torch.ones(1),
+            new_value=torch.zeros(1),
+            old_value=torch.zeros(1),
+            returns=torch.zeros(1),
+            entropy=torch.zeros(1),
+            mask=torch.ones(1),
+        )
+    )
     assert positive["policy_loss"].item() == pytest.approx(-1.2)  # gain capped at 1 + eps
     assert positive["clipfrac"].item() == 1.0
-    _, negative = call_ppo_loss(**loss_args(new_logprob=up, old_logprob=torch.zeros(1), advantages=-torch.ones(1),
-                                       new_value=torch.zeros(1), old_value=torch.zeros(1), returns=torch.zeros(1),
-                                       entropy=torch.zeros(1), mask=torch.ones(1)))  # fmt: skip
+    _, negative = call_ppo_loss(
+        **loss_args(
+            new_logprob=up,
+            old_logprob=torch.zeros(1),
+            advantages=-torch.ones(1),
+            new_value=torch.zeros(1),
+            old_value=torch.zeros(1),
+            returns=torch.zeros(1),
+            entropy=torch.zeros(1),
+            mask=torch.ones(1),
+        )
+    )
     assert negative["policy_loss"].item() == pytest.approx(1.5)  # pessimistic: unclipped loss kept
 
 
 def test_ppo_loss_ignores_masked_entries():
-    valid = call_ppo_loss(**loss_args(new_logprob=torch.zeros(1), old_logprob=torch.zeros(1), advantages=torch.tensor([1.0]),
-                                 new_value=torch.tensor([1.0]), old_value=torch.tensor([0.5]), returns=torch.zeros(1),
-                                 entropy=torch.tensor([0.5]), mask=torch.ones(1), clip_vloss=True,
-                                 norm_adv=True))[0]  # fmt: skip
-    garbage = call_ppo_loss(**loss_args(new_logprob=torch.tensor([0.0, 3.0]), old_logprob=torch.tensor([0.0, -3.0]),
-                                   advantages=torch.tensor([1.0, 100.0]), new_value=torch.tensor([1.0, 50.0]),
-                                   old_value=torch.tensor([0.5, -50.0]), returns=torch.tensor([0.0, 9.0]),
-                                   entropy=torch.tensor([0.5, 7.0]), mask=torch.tensor([1.0, 0.0]), clip_vloss=True,
-                                   norm_adv=True))[0]  # fmt: skip
+    valid = call_ppo_loss(
+        **loss_args(
+            new_logprob=torch.zeros(1),
+            old_logprob=torch.zeros(1),
+            advantages=torch.tensor([1.0]),
+            new_value=torch.tensor([1.0]),
+            old_value=torch.tensor([0.5]),
+            returns=torch.zeros(1),
+            entropy=torch.tensor([0.5]),
+            mask=torch.ones(1),
+            clip_vloss=True,
+            norm_adv=True,
+        )
+    )[0]
+    garbage = call_ppo_loss(
+        **loss_args(
+            new_logprob=torch.tensor([0.0, 3.0]),
+            old_logprob=torch.tensor([0.0, -3.0]),
+            advantages=torch.tensor([1.0, 100.0]),
+            new_value=torch.tensor([1.0, 50.0]),
+            old_value=torch.tensor([0.5, -50.0]),
+            returns=torch.tensor([0.0, 9.0]),
+            entropy=torch.tensor([0.5, 7.0]),
+            mask=torch.tensor([1.0, 0.0]),
+            clip_vloss=True,
+            norm_adv=True,
+        )
+    )[0]
     assert garbage.item() == pytest.approx(valid.item())
 
 
 def test_clipped_value_loss_is_pessimistic():
-    _, stats = call_ppo_loss(**loss_args(new_value=torch.tensor([1.0, 2.0]), old_value=torch.tensor([0.0, 2.0]),
-                                    clip_vloss=True))  # fmt: skip
+    _, stats = call_ppo_loss(
+        **loss_args(new_value=torch.tensor([1.0, 2.0]), old_value=torch.tensor([0.0, 2.0]), clip_vloss=True)
+    )
     # entry 1: unclipped (1-0)^2 = 1, clipped (0.2-0)^2 = 0.04 -> max 1; entry 2: 4 -> 0.5 * mean(1, 4)
     assert stats["value_loss"].item() == pytest.approx(1.25)
-    _, stats = call_ppo_loss(**loss_args(new_value=torch.tensor([1.0, 2.0]), old_value=torch.tensor([3.0, 2.0]),
-                                    returns=torch.tensor([3.0, 2.0]), clip_vloss=True))  # fmt: skip
+    _, stats = call_ppo_loss(
+        **loss_args(
+            new_value=torch.tensor([1.0, 2.0]),
+            old_value=torch.tensor([3.0, 2.0]),
+            returns=torch.tensor([3.0, 2.0]),
+            clip_vloss=True,
+        )
+    )
     # entry 1: unclipped (1-3)^2 = 4, clipped (2.8-3)^2 = 0.04 -> 4; entry 2: 0 -> 0.5 * mean(4, 0) = 1
     assert stats["value_loss"].item() == pytest.approx(1.0)
 
@@ -154,8 +228,16 @@ SCRIPT = "ppo_atari_envpool.py"
 def seeded_runs(tmp_path_factory):
     """Two tiny runs with --separate-networks --seed 3, the first also with every artifact flag (which add files, not
     randomness): the tiny-run test reads the first, the reproducibility test compares both."""
-    artifacts = ["--checkpoint-interval", "3", "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10",
-                 "--capture-video", "--track"]  # fmt: skip
+    artifacts = [
+        "--checkpoint-interval",
+        "3",
+        "--save-model",
+        "--save-embeddings",
+        "--embeddings-per-iteration",
+        "10",
+        "--capture-video",
+        "--track",
+    ]
     flags = [*TINY_PPO_FLAGS, "--separate-networks", "--seed", "3"]
     return run_twice(SCRIPT, tmp_path_factory.mktemp("seeded"), flags, artifacts)
 
@@ -179,8 +261,15 @@ def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16]] and args["num_iterations"] == 8
 
-    check_run_artifacts(run_dir, "ppo_atari_envpool", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8],
-                        embedding_rows=40, tracked=True)  # fmt: skip
+    check_run_artifacts(
+        run_dir,
+        "ppo_atari_envpool",
+        iterations=8,
+        global_step=256,
+        metric_iterations=[2, 4, 6, 8],
+        embedding_rows=40,
+        tracked=True,
+    )
 
 
 def test_seeded_runs_are_reproducible_and_separate_networks_log_critic_rank(seeded_runs):
@@ -194,8 +283,14 @@ def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(monkeypatch,
     """--compile (torch.compile of acting and of the update) and --no-channels-last (CleanRL's layout) change how
     the same maths runs, not what is learned: on a fixed seed the losses agree up to float rounding."""
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
-    check_same_losses(monkeypatch, tmp_path, ppo_atari_envpool, flags, {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
-                      ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"))  # fmt: skip
+    check_same_losses(
+        monkeypatch,
+        tmp_path,
+        ppo_atari_envpool,
+        flags,
+        {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
+        ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"),
+    )
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_with_a_ddr_target(tmp_path, tiny_ppo_flags):
@@ -327,9 +422,16 @@ def test_minibatch_size_and_lr_scaling_derive_the_rest():
 
 
 def test_schedule_phases_lr_and_ddr_target_by_step():
-    args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(
-        schedule="0:8x128,0.5:32x32,0.8:128x16", minibatch_size=256, total_timesteps=10_000, target_ddr=100.0,
-        target_ddr_final=10_000.0, runs_dir="/tmp"))  # fmt: skip
+    args = ppo_atari_envpool.validate_and_derive(
+        ppo_atari_envpool.Args(
+            schedule="0:8x128,0.5:32x32,0.8:128x16",
+            minibatch_size=256,
+            total_timesteps=10_000,
+            target_ddr=100.0,
+            target_ddr_final=10_000.0,
+            runs_dir="/tmp",
+        )
+    )
     assert args.phases == [(0, 8, 128), (5000, 32, 32), (8000, 128, 16)]
     assert ppo_atari_envpool.phase_at(args, 4999) == (8, 128, 256)  # a fixed minibatch size stays ...
     assert ppo_atari_envpool.phase_at(args, 8000) == (128, 16, 256)  # ... and the number of minibatches follows
@@ -356,8 +458,17 @@ def test_resume_of_a_checkpoint_from_another_version_exits_2(tmp_path):
     """Right flags, but state dicts this version cannot load (e.g. renamed layers): one line, no traceback."""
     args = dataclasses.asdict(ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(runs_dir=str(tmp_path))))
     rng = {"torch": torch.get_rng_state(), "cuda": []}
-    torch.save({"args": args, "model": {"old.weight": torch.zeros(1)}, "optimizer": {}, "iteration": 1, "global_step": 2048,
-                "rng": rng}, tmp_path / "checkpoint.pt")  # fmt: skip
+    torch.save(
+        {
+            "args": args,
+            "model": {"old.weight": torch.zeros(1)},
+            "optimizer": {},
+            "iteration": 1,
+            "global_step": 2048,
+            "rng": rng,
+        },
+        tmp_path / "checkpoint.pt",
+    )
     result = run_script(SCRIPT, "--resume", str(tmp_path / "checkpoint.pt"), "--no-cuda")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip().splitlines() == [
@@ -369,9 +480,27 @@ def test_resume_of_a_checkpoint_from_another_version_exits_2(tmp_path):
 # One run over several processes (torchrun, Gloo on the CPU)
 # --------------------------------------------------------------------------------------
 
-TORCHRUN_FLAGS = ["--no-cuda", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
-                  "--total-timesteps", "512", "--max-episode-steps", "40", "--metrics-interval", "2",
-                  "--metrics-batch", "24", "--target-kl", "0.5"]  # fmt: skip
+TORCHRUN_FLAGS = [
+    "--no-cuda",
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "2",
+    "--total-timesteps",
+    "512",
+    "--max-episode-steps",
+    "40",
+    "--metrics-interval",
+    "2",
+    "--metrics-batch",
+    "24",
+    "--target-kl",
+    "0.5",
+]
 
 
 def reduction_worker(rank, init_file, leaves, data, out_path):
@@ -381,8 +510,16 @@ def reduction_worker(rank, init_file, leaves, data, out_path):
     parameters = [leaf.clone().requires_grad_() for leaf in leaves]  # the same weights in both processes
     minibatch = {name: values[rows] for name, values in data.items()}
     statistics = minibatch_statistics(minibatch)  # over both processes
-    loss, stats = ppo_loss(*(p[rows] for p in parameters), minibatch, statistics, clip_coef=0.2, clip_vloss=True, ent_coef=0.01,
-                           vf_coef=0.5, norm_adv=True)  # fmt: skip
+    loss, stats = ppo_loss(
+        *(p[rows] for p in parameters),
+        minibatch,
+        statistics,
+        clip_coef=0.2,
+        clip_vloss=True,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        norm_adv=True,
+    )
     loss.backward()
     ppo_atari_envpool.all_ranks_sum_gradients(parameters)
     summed_stats = {name: ppo_atari_envpool.all_ranks_sum(value) for name, value in stats.items()}
@@ -422,8 +559,11 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     assert "weights identical on 2 of 2 processes" in result.stdout
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
     done = json.load(open(os.path.join(run_dir, "done.json")))
-    assert done == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json"))) == {
-        "global_step": 512, "iterations": 8}  # fmt: skip
+    assert (
+        done
+        == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json")))
+        == {"global_step": 512, "iterations": 8}
+    )
     scalars = read_scalars(run_dir)
     assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
     assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 9)]
@@ -440,8 +580,9 @@ def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint_and_resu
     flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path), "--checkpoint-interval", "1"]
     flags[flags.index("--total-timesteps") + 1] = "2560"  # 40 iterations
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    launcher = subprocess.Popen([*torchrun(2), SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+    launcher = subprocess.Popen(
+        [*torchrun(2), SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.time() + 300
     while not glob.glob(os.path.join(tmp_path, "*", "checkpoint.pt")):
         assert time.time() < deadline and launcher.poll() is None, "no checkpoint"

@@ -300,8 +300,15 @@ def test_compute_gradients_fills_the_policy_value_and_predictor_gradients_only()
 def seeded_runs(tmp_path_factory):
     """Two tiny runs with --separate-networks --seed 3, the first also with every artifact flag (which add files, not
     randomness): the tiny-run test reads the first, the reproducibility test compares both."""
-    artifacts = ["--checkpoint-interval", "3", "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10",
-                 "--capture-video"]  # fmt: skip
+    artifacts = [
+        "--checkpoint-interval",
+        "3",
+        "--save-model",
+        "--save-embeddings",
+        "--embeddings-per-iteration",
+        "10",
+        "--capture-video",
+    ]
     return run_twice(SCRIPT, tmp_path_factory.mktemp("seeded"), [*TINY_FLAGS, "--separate-networks", "--seed", "3"], artifacts)
 
 

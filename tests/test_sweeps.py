@@ -25,8 +25,9 @@ def launch(commands, tmp_path, **env):
     commands_file = tmp_path / "commands.txt"
     commands_file.write_text(commands)
     full_env = {**os.environ, "LOG_DIR": str(tmp_path / "logs"), **env}
-    return subprocess.run(["bash", LAUNCH, str(commands_file)], capture_output=True, text=True, env=full_env,
-                          cwd=tmp_path, timeout=120)  # fmt: skip
+    return subprocess.run(
+        ["bash", LAUNCH, str(commands_file)], capture_output=True, text=True, env=full_env, cwd=tmp_path, timeout=120
+    )
 
 
 def test_print_mode_prints_and_runs_nothing(tmp_path):
@@ -38,9 +39,11 @@ def test_print_mode_prints_and_runs_nothing(tmp_path):
 
 def test_local_mode_runs_in_parallel_and_reports_failures(tmp_path):
     # the two sleepers overlap only with 2 workers: each waits for the other's file
-    commands = ("touch first && for i in $(seq 50); do [ -e second ] && exit 0; sleep 0.1; done; exit 1\n"
-                "touch second && for i in $(seq 50); do [ -e first ] && exit 0; sleep 0.1; done; exit 1\n"
-                "sh -c 'echo broken; exit 3'\n")  # fmt: skip
+    commands = (
+        "touch first && for i in $(seq 50); do [ -e second ] && exit 0; sleep 0.1; done; exit 1\n"
+        "touch second && for i in $(seq 50); do [ -e first ] && exit 0; sleep 0.1; done; exit 1\n"
+        "sh -c 'echo broken; exit 3'\n"
+    )
     result = launch(commands, tmp_path, JOBS="2")
     assert result.returncode == 1
     assert "[1] done" in result.stdout and "[2] done" in result.stdout
@@ -79,8 +82,10 @@ def test_local_mode_skips_finished_runs_and_resumes_interrupted_ones(tmp_path):
     make_run(runs, "Pong-v5__finished__1__100", ["args.json", "checkpoint.pt", "done.json"])
     interrupted = make_run(runs, "Pong-v5__interrupted__2__100", ["args.json", "checkpoint.pt"])
     make_run(runs, "Pong-v5__crashed__1__100", ["args.json"])  # no checkpoint: starts over
-    commands = "\n".join(f"echo --env-id Pong-v5 --exp-name {name} --seed {seed} --runs-dir runs"
-                         for name, seed in [("finished", 1), ("interrupted", 2), ("crashed", 1), ("new", 1)])  # fmt: skip
+    commands = "\n".join(
+        f"echo --env-id Pong-v5 --exp-name {name} --seed {seed} --runs-dir runs"
+        for name, seed in [("finished", 1), ("interrupted", 2), ("crashed", 1), ("new", 1)]
+    )
     result = launch(commands + "\n", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[1] skipped (finished)" in result.stdout
@@ -98,8 +103,14 @@ def launch_with_fake_sbatch(commands, tmp_path, **env):
     fake_sbatch = bin_dir / "sbatch"
     fake_sbatch.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> "$SBATCH_LOG"\necho 4242\n')
     fake_sbatch.chmod(0o755)
-    return launch(commands, tmp_path, LAUNCHER="slurm", PATH=f"{bin_dir}:{os.environ['PATH']}",
-                  SBATCH_LOG=str(tmp_path / "sbatch.log"), **env)  # fmt: skip
+    return launch(
+        commands,
+        tmp_path,
+        LAUNCHER="slurm",
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        SBATCH_LOG=str(tmp_path / "sbatch.log"),
+        **env,
+    )
 
 
 def test_slurm_mode_submits_each_command_with_sbatch(tmp_path):
@@ -196,18 +207,32 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
     from scipy.stats import trim_mean
 
     runs = tmp_path / "runs"
-    env = {**os.environ, "GAMES": "Breakout", "SEEDS": "1 2", "TOTAL_TIMESTEPS": "512", "SHAPES": "4x16 8x8",
-           "RUNS_DIR": str(runs), "LOG_DIR": str(tmp_path / "logs"), "JOBS": "2", "CUDA_VISIBLE_DEVICES": "",
-           "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
-           "EXTRA_FLAGS": "--no-cuda --max-episode-steps 40 --metrics-interval 2 --metrics-batch 24"}  # fmt: skip
+    env = {
+        **os.environ,
+        "GAMES": "Breakout",
+        "SEEDS": "1 2",
+        "TOTAL_TIMESTEPS": "512",
+        "SHAPES": "4x16 8x8",
+        "RUNS_DIR": str(runs),
+        "LOG_DIR": str(tmp_path / "logs"),
+        "JOBS": "2",
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHON": sys.executable,
+        "OMP_NUM_THREADS": "1",
+        "EXTRA_FLAGS": "--no-cuda --max-episode-steps 40 --metrics-interval 2 --metrics-batch 24",
+    }
     sweep = os.path.join(ROOT, "sweeps", "fixed_budget.sh")
     result = subprocess.run(["bash", sweep], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dirs = sorted(glob.glob(str(runs / "Breakout-v5__*")))
     assert len(run_dirs) == 4 and all(os.path.exists(os.path.join(d, "done.json")) for d in run_dirs)
 
-    report = subprocess.run([sys.executable, AGGREGATE, "report", str(runs), "--reps", "200", "--pdf", "--final-fraction", "0.5"],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    report = subprocess.run(
+        [sys.executable, AGGREGATE, "report", str(runs), "--reps", "200", "--pdf", "--final-fraction", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert report.returncode == 0, report.stderr
     out = runs / "report"
     for name in ("learning_curves", "iqm_curves", "metric_curves", "score_vs_num_envs", "ddr_vs_score"):
@@ -239,26 +264,38 @@ def test_joint_coverage_counts_cells_on_a_shared_grid():
     from sweeps.aggregate import joint_coverage
 
     # corners fix the unit square; on a 4 x 4 grid run "a" occupies 2 cells, run "b" 3
-    points = {"a": np.array([[0.0, 0.0], [4.0, 4.0], [0.1, 0.1]]),
-              "b": np.array([[1.5, 1.5], [2.5, 0.5], [2.6, 0.6], [3.9, 0.1]])}  # fmt: skip
+    points = {
+        "a": np.array([[0.0, 0.0], [4.0, 4.0], [0.1, 0.1]]),
+        "b": np.array([[1.5, 1.5], [2.5, 0.5], [2.6, 0.6], [3.9, 0.1]]),
+    }
     assert joint_coverage(points, grid=4) == {"a": 2 / 16, "b": 3 / 16}
 
 
 def test_coverage_of_synthetic_embeddings(tmp_path):
     rng = np.random.default_rng(0)
     centres = rng.normal(0, 20, size=(8, 16))
-    embeddings = {"narrow": rng.normal(0, 0.3, size=(200, 16)),  # one cluster
-                  "wide": centres[rng.integers(0, 8, 200)] + rng.normal(0, 0.3, size=(200, 16))}  # eight  # fmt: skip
+    embeddings = {
+        "narrow": rng.normal(0, 0.3, size=(200, 16)),  # one cluster
+        "wide": centres[rng.integers(0, 8, 200)] + rng.normal(0, 0.3, size=(200, 16)),
+    }  # eight
     for name, features in embeddings.items():
         run_dir = tmp_path / f"Breakout-v5__{name}__1__100"
         run_dir.mkdir()
-        json.dump({"env_id": "Breakout-v5", "exp_name": name, "seed": 1, "num_iterations": 1, "batch_size": 1},
-                  open(run_dir / "args.json", "w"))  # fmt: skip
+        json.dump(
+            {"env_id": "Breakout-v5", "exp_name": name, "seed": 1, "num_iterations": 1, "batch_size": 1},
+            open(run_dir / "args.json", "w"),
+        )
         (run_dir / "done.json").write_text("{}")
-        np.savez(run_dir / "embeddings.npz", features=features.astype(np.float16), values=rng.normal(size=200),
-                 iteration=np.ones(200), global_step=np.ones(200))  # fmt: skip
-    result = subprocess.run([sys.executable, AGGREGATE, "coverage", str(tmp_path), "--grid", "20"],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+        np.savez(
+            run_dir / "embeddings.npz",
+            features=features.astype(np.float16),
+            values=rng.normal(size=200),
+            iteration=np.ones(200),
+            global_step=np.ones(200),
+        )
+    result = subprocess.run(
+        [sys.executable, AGGREGATE, "coverage", str(tmp_path), "--grid", "20"], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     table = (tmp_path / "report" / "coverage.md").read_text()
     cvg = {row.split("|")[2].strip(): float(row.split("|")[5]) for row in table.splitlines() if "| Breakout" in row}
@@ -267,8 +304,7 @@ def test_coverage_of_synthetic_embeddings(tmp_path):
 
 
 def test_aggregate_bad_input_exits_2(tmp_path):
-    result = subprocess.run([sys.executable, AGGREGATE, "report", str(tmp_path / "missing")], capture_output=True,
-                            text=True)  # fmt: skip
+    result = subprocess.run([sys.executable, AGGREGATE, "report", str(tmp_path / "missing")], capture_output=True, text=True)
     assert result.returncode == 2 and "is not a directory" in result.stderr
     empty = subprocess.run([sys.executable, AGGREGATE, "report", str(tmp_path)], capture_output=True, text=True)
     assert empty.returncode != 0 and "no finished run" in empty.stderr
@@ -284,9 +320,21 @@ def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_
 
     for name, schedule in (("ppo_fixed_8x128", None), ("ppo_grow", "0:8x128,0.5:32x32")):
         run_dir = tmp_path / f"Breakout-v5__{name}__1__100"
-        json.dump({"env_id": "Breakout-v5", "exp_name": name, "seed": 1, "num_envs": 8, "num_steps": 128,
-                   "schedule": schedule, "batch_size": 1024, "update_epochs": 4, "num_iterations": 4,
-                   "planned_steps": 4096}, open(tmp_path.joinpath(run_dir.name + ".json"), "w"))  # fmt: skip
+        json.dump(
+            {
+                "env_id": "Breakout-v5",
+                "exp_name": name,
+                "seed": 1,
+                "num_envs": 8,
+                "num_steps": 128,
+                "schedule": schedule,
+                "batch_size": 1024,
+                "update_epochs": 4,
+                "num_iterations": 4,
+                "planned_steps": 4096,
+            },
+            open(tmp_path.joinpath(run_dir.name + ".json"), "w"),
+        )
         writer = SummaryWriter(str(run_dir))
         for step in (1024, 2048, 3072, 4096):
             writer.add_scalar("charts/episodic_return", step / 100, step)
@@ -306,8 +354,12 @@ def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_
     tags = aggregate.plot_metric_curves(groups, np.linspace(0, 4096, 9)[1:], colors, str(tmp_path / "dynamics.png"), False)
     assert tags == ["metrics/ddr", "charts/num_envs", "charts/clip_coef"] and (tmp_path / "dynamics.png").exists()
     # benchmarks/schedule_runs.py: RESULTS.md's table, means by thirds of the 4096 steps (1024 | 2048 | 3072, 4096)
-    summary = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "schedule_runs.py"), str(tmp_path),
-                              "--final-fraction", "0.5"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    summary = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "schedule_runs.py"), str(tmp_path), "--final-fraction", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert summary.returncode == 0, summary.stderr
     assert (
         "| ppo_grow | 1 | 4 | 35.84 (2 games) | 25.60 | 8 / 8 / 32 | 0.11 / 0.12 / 0.136 | 1e+05 / 1e+05 / 1e+05 | 500 |"

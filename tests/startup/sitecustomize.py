@@ -11,8 +11,21 @@ import sys
 import types
 
 if os.environ.get("TESTS_FULL_ENVPOOL") != "1":
-    for family in ("box2d", "classic_control", "gfootball", "highway", "jumanji", "minigrid", "mujoco.dmc",
-                   "mujoco.metaworld", "mujoco.myosuite", "mujoco.playground", "mujoco.robotics", "pgx", "toy_text",
-                   "vizdoom"):  # fmt: skip
+    for family in (
+        "box2d",
+        "classic_control",
+        "gfootball",
+        "highway",
+        "jumanji",
+        "minigrid",
+        "mujoco.dmc",
+        "mujoco.metaworld",
+        "mujoco.myosuite",
+        "mujoco.playground",
+        "mujoco.robotics",
+        "pgx",
+        "toy_text",
+        "vizdoom",
+    ):
         name = f"envpool.{family}.registration"
         sys.modules.setdefault(name, types.ModuleType(name))
