@@ -23,7 +23,8 @@ Prints, measured on this machine in this one invocation:
      end (SPS on / off, which run-to-run noise of a few percent blurs on a busy CPU) and by
      direct timing (the seconds one metrics computation takes on the metrics batch, measured in
      this process on real frames on the training device, divided by the seconds of
-     `metrics-interval` training iterations at the metrics-off SPS).
+     `metrics-interval` training iterations at the metrics-off SPS); and the cost of the per-iteration NaN/inf
+     check (`stop_if_not_finite`) by the same direct timing, against one iteration.
 With --nproc K, a second table: for each script that runs under torchrun, the SPS of one
 process stepping all N envs against K processes of one run stepping N / K each (with
 cores / K torch threads each, so that they do not fight over the cores), alternated.
@@ -201,6 +202,23 @@ def metrics_seconds(script: str, frames: np.ndarray, num_actions: int, batch_siz
     return statistics.median(timings[1:])  # the first call warms up
 
 
+def finite_check_seconds(script: str, frames: np.ndarray, batch_size: int, device: str) -> float:
+    """Median seconds of the per-iteration NaN/inf check (`stop_if_not_finite`, one host-device sync) on what it reads
+    at this batch: the rewards (and ppo_isaacgym.py's observations), an update's loss statistics and gradient norms."""
+    import torch  # noqa: PLC0415
+
+    module = importlib.import_module(script.removesuffix(".py"))
+    values = {"rewards": torch.zeros(batch_size, device=device), "losses_or_gradients": torch.zeros(96, device=device)}
+    if script == "ppo_isaacgym.py":
+        values["observations"] = torch.zeros((batch_size, frames.shape[1]), device=device)
+    timings = []
+    for _ in range(21):
+        start = time.perf_counter()
+        module.stop_if_not_finite(None, 1, 1, **values)
+        timings.append(time.perf_counter() - start)
+    return statistics.median(timings[1:])  # the first call warms up
+
+
 def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1, threads: int = 0, flags=()) -> float:
     """charts/SPS at the end of one training run, NaN if it failed; `threads` > 0 sets OMP_NUM_THREADS (torchrun:
     cores / nproc)."""
@@ -313,6 +331,7 @@ def main() -> None:
         sps = {name: over_succeeded(statistics.median, values) for name, values in runs.items()}
         seconds = metrics_seconds(script, frames, num_actions, batch_size, device)
         interval_seconds = args.metrics_interval * batch_size / sps["off"]
+        check = finite_check_seconds(script, frames, batch_size, device)
         rows.append(
             (
                 f"{script} ({env_id})",
@@ -324,6 +343,10 @@ def main() -> None:
                 cell(sps["off"]),
                 cell(100 * (1 - sps["defaults"] / sps["off"]), "{:+.1f} %"),
                 cell(interval_seconds, f"{seconds:.3f} s / {{:.1f}} s = {100 * seconds / interval_seconds:.1f} %"),
+                cell(
+                    batch_size / sps["off"],
+                    f"{check * 1e3:.2f} ms / {{:.2f}} s = {100 * check * sps['off'] / batch_size:.2f} %",
+                ),
                 "; ".join(f"{name} {', '.join(cell(x, '{:.0f}') for x in values)}" for name, values in runs.items()),
             )
         )
@@ -340,6 +363,7 @@ def main() -> None:
             "SPS metrics off",
             "metrics cost end to end",
             "cost by direct timing (< 5 %)",
+            "NaN check per iteration",
             "runs (SPS)",
         ),
         rows,
