@@ -54,8 +54,8 @@ def test_gaussian_kl_matches_torch_and_the_closed_form():
     generator = torch.Generator().manual_seed(0)
     p_mean, q_mean = torch.randn(6, 3, generator=generator), torch.randn(6, 3, generator=generator)
     p_std, q_std = torch.rand(6, 3, generator=generator) + 0.2, torch.rand(6, 3, generator=generator) + 0.2
-    expected = kl_divergence(Normal(p_mean, p_std), Normal(q_mean, q_std)).sum(-1)
-    torch.testing.assert_close(metrics.gaussian_kl(p_mean, p_std, q_mean, q_std), expected)
+    expected = kl_divergence(Normal(p_mean.double(), p_std.double()), Normal(q_mean.double(), q_std.double())).sum(-1)
+    torch.testing.assert_close(metrics.gaussian_kl(p_mean, p_std, q_mean, q_std), expected)  # in float64
     # one dimension by hand: KL(N(1, 0.5) || N(0, 1)) = log(1 / 0.5) + (0.25 + 1) / 2 - 1/2
     one = metrics.gaussian_kl(torch.ones(1, 1), torch.full((1, 1), 0.5), torch.zeros(1, 1), torch.ones(1, 1))
     assert one.item() == pytest.approx(math.log(2) + 0.625 - 0.5)
