@@ -310,7 +310,7 @@ def main() -> None:
     for env_id in dict.fromkeys(task_of(args, script) for script in args.scripts):
         raw[env_id] = raw_envpool_sps(env_id, args.num_envs, args.raw_steps)
         observations[env_id] = real_observations(env_id, args.num_envs, min(args.metrics_batch, batch_size))
-        blank = ("",) * (7 + len(args.candidates))
+        blank = ("",) * (8 + len(args.candidates))
         rows.append((f"EnvPool raw rate, {env_id} (random actions)", f"{raw[env_id]:,.0f}", *blank))
     for script in args.scripts:
         env_id = task_of(args, script)
