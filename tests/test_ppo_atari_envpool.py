@@ -20,6 +20,7 @@ from conftest import (
     ROOT,
     TINY_PPO_FLAGS,
     check_run_artifacts,
+    check_bf16,
     check_same_losses,
     interrupt_with_sigterm,
     only_run_dir,
@@ -291,6 +292,30 @@ def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(monkeypatch,
         {"compiled": ["--compile"], "nchw": ["--no-channels-last"]},
         ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"),
     )
+
+
+def test_bf16_runs_the_encoders_in_bfloat16_and_the_heads_in_float32():
+    """--bf16 autocasts the encoders only: every hidden activation is bfloat16, the features, logits, log-probabilities
+    and values are float32, and the parameters stay float32 (what the optimizer and the checkpoints hold)."""
+    agent = ppo_atari_envpool.Agent(4, separate_networks=True, bf16=True)
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    with ppo_atari_envpool.metrics.hidden_activations(agent) as activations:
+        _, logprob, entropy, value, logits = agent.get_action_and_value(obs)
+    assert len(activations) == 8 and {a.dtype for a in activations} == {torch.bfloat16}
+    assert {t.dtype for t in (*agent.features(obs), logprob, entropy, value, logits)} == {torch.float32}
+    assert {p.dtype for p in agent.parameters()} == {torch.float32}
+    fp32 = ppo_atari_envpool.Agent(4, separate_networks=True)
+    fp32.load_state_dict(agent.state_dict())
+    with ppo_atari_envpool.metrics.hidden_activations(fp32) as activations:
+        fp32_logits = fp32.get_action_and_value(obs)[4]
+    assert {a.dtype for a in activations} == {torch.float32}
+    assert torch.allclose(logits, fp32_logits, atol=1e-3) and not torch.equal(logits, fp32_logits)
+
+
+def test_bf16_logs_the_losses_of_fp32_within_2_percent_and_resumes_either_way(monkeypatch, tmp_path, tiny_ppo_flags):
+    flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
+    tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
+    check_bf16(monkeypatch, tmp_path, ppo_atari_envpool, flags, tags)
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_with_a_ddr_target(tmp_path, tiny_ppo_flags):
