@@ -154,6 +154,8 @@ class Args:
     """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
     cudagraphs: bool = False
     """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
+    tf32: bool = True
+    """on CUDA, float32 matmuls and convolutions on TF32 tensor cores (cuDNN's default for convolutions); off: strict fp32"""
     # Derived after validation (not flags)
     batch_size: tyro.conf.Suppress[int] = 0
     num_iterations: tyro.conf.Suppress[int] = 0
@@ -279,7 +281,8 @@ def ppo_loss(
     entropy_loss = masked_mean(entropy, mask, count)
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * value_loss
     stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss}
-    stats["approx_kl"] = masked_mean((ratio - 1) - log_ratio, mask, count)  # Schulman's k3 estimator
+    # Schulman's k3 estimator; expm1 keeps the digits that ratio - 1 loses near 1 (the first minibatch's rounding noise)
+    stats["approx_kl"] = masked_mean(torch.expm1(log_ratio) - log_ratio, mask, count)
     stats["clipfrac"] = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)
     return loss, {name: value.detach() for name, value in stats.items()}
 
@@ -590,7 +593,7 @@ def parse_args() -> tuple[Args, dict | None]:
     # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
     runtime = {field.name for field in fields(Args)} & set(
         "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
-        "channels_last fused_adam reuse_host_memory compile cudagraphs".split()
+        "channels_last fused_adam reuse_host_memory compile cudagraphs bf16 tf32".split()
     )
     if args.resume is not None:
         require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
@@ -615,6 +618,7 @@ def start_run(args: Args, checkpoint: dict | None):
     if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
         libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)  # trim threshold 1 GiB, mmap threshold 32 MiB
     torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # used on Ampere GPUs and newer
     if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(LOCAL_RANK)
         dist.init_process_group("cpu:gloo,cuda:nccl")

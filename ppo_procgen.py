@@ -146,6 +146,10 @@ class Args:
     """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
     cudagraphs: bool = False
     """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
+    bf16: bool = False
+    """the encoders in bfloat16 (autocast) in acting and in the update; heads, losses and metrics stay float32"""
+    tf32: bool = True
+    """on CUDA, float32 matmuls and convolutions on TF32 tensor cores (cuDNN's default for convolutions); off: strict fp32"""
     # Derived after validation (not flags); --minibatch-size and --num-minibatches are filled in too
     batch_size: tyro.conf.Suppress[int] = 0
     num_iterations: tyro.conf.Suppress[int] = 0
@@ -188,9 +192,10 @@ def impala_cnn() -> nn.Sequential:
 
 # Copied from ppo_atari_envpool.Agent with nature_cnn->impala_cnn, 512->256
 class Agent(nn.Module):
-    def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True):
+    def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True, bf16: bool = False):
         super().__init__()
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.bf16 = bf16
         self.actor_encoder = impala_cnn()
         self.critic_encoder = impala_cnn() if separate_networks else None
         self.actor = layer_init(nn.Linear(256, num_actions), std=0.01)
@@ -200,8 +205,11 @@ class Agent(nn.Module):
         """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller)
         layout change."""
         x = obs.contiguous(memory_format=self.memory_format).float().div_(255.0)
-        actor_features = self.actor_encoder(x)
-        return actor_features, actor_features if self.critic_encoder is None else self.critic_encoder(x)
+        # --bf16: the encoders compute in bfloat16; their features come back as float32 for the heads and all after them
+        with torch.autocast(x.device.type, torch.bfloat16) if self.bf16 else contextlib.nullcontext():
+            actor_features = self.actor_encoder(x)
+            critic_features = actor_features if self.critic_encoder is None else self.critic_encoder(x)
+        return actor_features.float(), critic_features.float()
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.features(obs)[1]).squeeze(-1)
@@ -343,7 +351,8 @@ def ppo_loss(
     entropy_loss = masked_mean(entropy, mask, count)
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * value_loss
     stats = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_loss}
-    stats["approx_kl"] = masked_mean((ratio - 1) - log_ratio, mask, count)  # Schulman's k3 estimator
+    # Schulman's k3 estimator; expm1 keeps the digits that ratio - 1 loses near 1 (the first minibatch's rounding noise)
+    stats["approx_kl"] = masked_mean(torch.expm1(log_ratio) - log_ratio, mask, count)
     stats["clipfrac"] = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)
     return loss, {name: value.detach() for name, value in stats.items()}
 
@@ -402,7 +411,7 @@ def main() -> None:
     device = torch.device(f"cuda:{LOCAL_RANK}" if args.cuda and torch.cuda.is_available() else "cpu")
 
     num_actions = envpool.make_spec(args.env_id).action_space.n
-    agent = Agent(num_actions, args.separate_networks, args.channels_last).to(device)
+    agent = Agent(num_actions, args.separate_networks, args.channels_last, args.bf16).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     act, update = agent.get_action_and_value, compute_gradients
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
@@ -514,6 +523,8 @@ def main() -> None:
         valid, charts, measured = batch["valid"].bool(), {"learning_rate": optimizer.param_groups[0]["lr"]}, {}
         losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
         losses["explained_variance"] = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
+        # The first minibatch meets the policy that collected the rollout: its ratios differ from 1 by rounding only
+        losses |= {f"first_minibatch_{name}": all_ranks_sum(minibatch_stats[0][name]) for name in ("approx_kl", "clipfrac")}
         if measure:
             valid_index = torch.nonzero(valid).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
@@ -618,7 +629,7 @@ def parse_args() -> tuple[Args, dict | None]:
     # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
     runtime = {field.name for field in fields(Args)} & set(
         "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
-        "channels_last fused_adam reuse_host_memory compile cudagraphs".split()
+        "channels_last fused_adam reuse_host_memory compile cudagraphs bf16 tf32".split()
     )
     if args.resume is not None:
         require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
@@ -643,6 +654,7 @@ def start_run(args: Args, checkpoint: dict | None):
     if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
         libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)  # trim threshold 1 GiB, mmap threshold 32 MiB
     torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # used on Ampere GPUs and newer
     if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(LOCAL_RANK)
         dist.init_process_group("cpu:gloo,cuda:nccl")

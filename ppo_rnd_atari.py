@@ -156,6 +156,10 @@ class Args:
     """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
     cudagraphs: bool = False
     """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
+    bf16: bool = False
+    """the encoders in bfloat16 (autocast) in acting and in the update; heads, losses and metrics stay float32"""
+    tf32: bool = True
+    """on CUDA, float32 matmuls and convolutions on TF32 tensor cores (cuDNN's default for convolutions); off: strict fp32"""
     # Derived after validation (not flags)
     batch_size: tyro.conf.Suppress[int] = 0
     num_iterations: tyro.conf.Suppress[int] = 0
@@ -186,9 +190,10 @@ def nature_cnn() -> nn.Sequential:
 class Agent(nn.Module):
     """Nature-CNN policy with an extrinsic and an intrinsic value head (not a copy: PPO's Agent has one)."""
 
-    def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True):
+    def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True, bf16: bool = False):
         super().__init__()
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.bf16 = bf16
         self.actor_encoder = nature_cnn()
         self.critic_encoder = nature_cnn() if separate_networks else None
         self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
@@ -199,8 +204,12 @@ class Agent(nn.Module):
         """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller)
         layout change."""
         x = obs.contiguous(memory_format=self.memory_format).float().div_(255.0)
-        actor_features = self.actor_encoder(x)
-        return actor_features, actor_features if self.critic_encoder is None else self.critic_encoder(x)
+        # --bf16: the encoders compute in bfloat16; their features come back as float32 for the heads and all after them.
+        # The RND networks stay float32: their difference is the intrinsic reward, which bfloat16 would round to noise.
+        with torch.autocast(x.device.type, torch.bfloat16) if self.bf16 else contextlib.nullcontext():
+            actor_features = self.actor_encoder(x)
+            critic_features = actor_features if self.critic_encoder is None else self.critic_encoder(x)
+        return actor_features.float(), critic_features.float()
 
     def values(self, critic_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(extrinsic value, intrinsic value)"""
@@ -407,7 +416,7 @@ def ppo_rnd_loss(
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * (ext_value_loss + int_value_loss) + rnd_loss
     stats = {"policy_loss": policy_loss, "value_loss": ext_value_loss + int_value_loss, "entropy": entropy_loss}
     stats |= {"ext_value_loss": ext_value_loss, "int_value_loss": int_value_loss, "rnd_loss": rnd_loss}
-    stats["approx_kl"] = masked_mean((ratio - 1) - log_ratio, mask, count)  # Schulman's k3 estimator
+    stats["approx_kl"] = masked_mean(torch.expm1(log_ratio) - log_ratio, mask, count)  # Schulman's k3 (expm1: see PPO's)
     stats["clipfrac"] = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask, count)
     return loss, {name: value.detach() for name, value in stats.items()}
 
@@ -467,7 +476,7 @@ def main() -> None:
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     num_actions = envpool.make_spec(args.env_id).action_space.n
-    agent = Agent(num_actions, args.separate_networks, args.channels_last).to(device)
+    agent = Agent(num_actions, args.separate_networks, args.channels_last, args.bf16).to(device)
     rnd = RNDModel().to(device)  # one-channel frames: NCHW and NHWC are the same memory
     obs_rms, int_return_rms = RunningMeanStd(FRAME_SHAPE).to(device), RunningMeanStd().to(device)
     trained_parameters = [*agent.parameters(), *rnd.predictor.parameters()]
@@ -616,6 +625,8 @@ def main() -> None:
         charts = {"learning_rate": optimizer.param_groups[0]["lr"], "intrinsic_reward": intrinsic_reward}
         losses = {name: torch.stack([s[name] for s in minibatch_stats]).mean() for name in minibatch_stats[0]}
         losses["explained_variance"] = metrics.explained_variance(batch["ext_values"][valid], batch["ext_returns"][valid])
+        # The first minibatch meets the policy that collected the rollout: its ratios differ from 1 by rounding only
+        losses |= {f"first_minibatch_{name}": minibatch_stats[0][name] for name in ("approx_kl", "clipfrac")}
         measured = {}
         if measure:
             valid_index = torch.nonzero(valid).squeeze(1)
@@ -714,7 +725,7 @@ def parse_args() -> tuple[Args, dict | None]:
     # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
     runtime = {field.name for field in fields(Args)} & set(
         "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
-        "channels_last fused_adam reuse_host_memory compile cudagraphs".split()
+        "channels_last fused_adam reuse_host_memory compile cudagraphs bf16 tf32".split()
     )
     if args.resume is not None:
         require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
@@ -739,6 +750,7 @@ def start_run(args: Args, checkpoint: dict | None):
     if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
         libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)  # trim threshold 1 GiB, mmap threshold 32 MiB
     torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # used on Ampere GPUs and newer
     if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(LOCAL_RANK)
         dist.init_process_group("cpu:gloo,cuda:nccl")

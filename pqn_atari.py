@@ -139,6 +139,10 @@ class Args:
     """torch.compile the acting forward pass and the minibatch update (forward, loss, backward)"""
     cudagraphs: bool = False
     """with --compile on CUDA: also replay both as CUDA graphs (torch.compile's reduce-overhead mode)"""
+    bf16: bool = False
+    """the encoders in bfloat16 (autocast) in acting and in the update; heads, losses and metrics stay float32"""
+    tf32: bool = True
+    """on CUDA, float32 matmuls and convolutions on TF32 tensor cores (cuDNN's default for convolutions); off: strict fp32"""
     # Derived after validation (not flags)
     phases: tyro.conf.Suppress[list] = field(default_factory=list)  # (first step, N_envs, N_RO) of each phase
     batch_size: tyro.conf.Suppress[int] = 0  # of the first phase
@@ -178,15 +182,19 @@ def nature_cnn_layernorm() -> nn.Sequential:
 
 
 class QNetwork(nn.Module):
-    def __init__(self, num_actions: int, channels_last: bool = True):
+    def __init__(self, num_actions: int, channels_last: bool = True, bf16: bool = False):
         super().__init__()
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.bf16 = bf16
         self.encoder = nature_cnn_layernorm()
         self.head = layer_init(nn.Linear(512, num_actions))  # gain sqrt(2), layer_init's default: as CleanRL's PQN
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here (in place), after the (4x smaller) layout."""
-        return self.encoder(obs.contiguous(memory_format=self.memory_format).float().div_(255.0))
+        x = obs.contiguous(memory_format=self.memory_format).float().div_(255.0)
+        # --bf16: the encoder computes in bfloat16; its features come back as float32 for the Q head and the targets
+        with torch.autocast(x.device.type, torch.bfloat16) if self.bf16 else contextlib.nullcontext():
+            return self.encoder(x).float()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q(s, .) for every action: (B, num_actions)."""
@@ -337,7 +345,7 @@ def main() -> None:
     run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
-    q_network = QNetwork(envpool.make_spec(args.env_id).action_space.n, args.channels_last).to(device)
+    q_network = QNetwork(envpool.make_spec(args.env_id).action_space.n, args.channels_last, args.bf16).to(device)
     if args.optimizer == "radam":  # torch's RAdam has no fused kernel: its foreach kernels instead
         optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, foreach=True)
     else:
@@ -554,7 +562,7 @@ def parse_args() -> tuple[Args, dict | None]:
     # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
     runtime = {field.name for field in fields(Args)} & set(
         "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
-        "channels_last fused_adam reuse_host_memory compile cudagraphs".split()
+        "channels_last fused_adam reuse_host_memory compile cudagraphs bf16 tf32".split()
     )
     if args.resume is not None:
         require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
@@ -579,6 +587,7 @@ def start_run(args: Args, checkpoint: dict | None):
     if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
         libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)  # trim threshold 1 GiB, mmap threshold 32 MiB
     torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # used on Ampere GPUs and newer
     if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
         torch.cuda.set_device(LOCAL_RANK)
         dist.init_process_group("cpu:gloo,cuda:nccl")

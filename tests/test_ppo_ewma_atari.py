@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import (
     PPO_TAGS,
+    check_bf16,
     check_run_artifacts,
     check_same_losses,
     interrupt_with_sigterm,
@@ -221,6 +222,12 @@ def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
     tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
     check_same_losses(monkeypatch, tmp_path, ppo_ewma_atari, flags, {"compiled": ["--compile"]}, tags)
+
+
+def test_bf16_logs_the_losses_of_fp32_within_2_percent_and_resumes_either_way(monkeypatch, tmp_path, tiny_ppo_flags):
+    flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
+    tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
+    check_bf16(monkeypatch, tmp_path, ppo_ewma_atari, flags, tags)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import (
     PPO_TAGS,
+    check_bf16,
     check_run_artifacts,
     check_same_losses,
     interrupt_with_sigterm,
@@ -287,6 +288,12 @@ def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(monkeypatch,
     variants = {"compiled": ["--compile"], "nchw": ["--no-channels-last"]}
     tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
     check_same_losses(monkeypatch, tmp_path, ppo_procgen, flags, variants, tags, compile_backend="aot_eager")
+
+
+def test_bf16_logs_the_losses_of_fp32_within_2_percent_and_resumes_either_way(monkeypatch, tmp_path):
+    flags = [*TINY, "--total-timesteps", "384", "--num-minibatches", "1", "--torch-threads", "1"]  # 3 iterations
+    tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
+    check_bf16(monkeypatch, tmp_path, ppo_procgen, flags, tags)
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import (
+    check_bf16,
     check_run_artifacts,
     check_same_losses,
     interrupt_with_sigterm,
@@ -242,6 +243,16 @@ def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path
     # (0.3 %) on some CPUs; 1e-5 absolute still tells a different update from rounding.
     tags = ("losses/td_loss", "losses/q_values")
     check_same_losses(monkeypatch, tmp_path, pqn_atari, flags, {"compiled": ["--compile"]}, tags, abs_tolerance=1e-5)
+
+
+def test_bf16_logs_the_losses_of_fp32_within_2_percent_and_resumes_either_way(monkeypatch, tmp_path, tiny_ppo_flags):
+    """The encoder in bfloat16, its LayerNorms included; the Q head and the Q(lambda) targets in float32."""
+    network = pqn_atari.QNetwork(4, bf16=True)
+    with pqn_atari.metrics.hidden_activations(network) as activations:
+        q_values = network(torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8))
+    assert {a.dtype for a in activations} == {torch.bfloat16} and q_values.dtype == torch.float32
+    flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
+    check_bf16(monkeypatch, tmp_path, pqn_atari, flags, ("losses/td_loss", "losses/q_values"))
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
