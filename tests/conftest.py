@@ -138,25 +138,24 @@ def check_bf16(monkeypatch, tmp_path, script, flags, tags):
     assert any(logged["bf16"][tag] != logged["default"][tag] for tag in tags)
     for written, resumed in ((["--bf16"], []), ([], ["--bf16"])):
         runs_dir = tmp_path / f"written{'_bf16' * bool(written)}"
-        calls = []
+        original, stopped = script.save_checkpoint, []
 
-        def stop_after_first_iteration(stop_signal, calls=calls):  # as a SIGTERM during the second rollout would
-            calls.append(len(calls))
-            if len(calls) == 2:
-                stop_signal.append(signal.SIGTERM)
-            return bool(stop_signal)
+        def save_then_stop(*args, **kwargs):  # SIGTERM once the first checkpoint is written, as a pre-emption would
+            original(*args, **kwargs)
+            if not stopped:
+                stopped.append(os.kill(os.getpid(), signal.SIGTERM))
 
-        original = script.stop_requested
-        monkeypatch.setattr(script, "stop_requested", stop_after_first_iteration)
+        monkeypatch.setattr(script, "save_checkpoint", save_then_stop)
         with pytest.raises(SystemExit) as exit_info:
-            run_main(monkeypatch, script, [*flags, *written, "--runs-dir", str(runs_dir)])
+            run_main(monkeypatch, script, [*flags, *written, "--runs-dir", str(runs_dir), "--checkpoint-interval", "1"])
         assert exit_info.value.code == 128 + signal.SIGTERM
-        monkeypatch.setattr(script, "stop_requested", original)
+        monkeypatch.setattr(script, "save_checkpoint", original)
         run_dir = only_run_dir(runs_dir)
         run_main(monkeypatch, script, ["--resume", os.path.join(run_dir, "checkpoint.pt"), *resumed])
         planned = json.load(open(os.path.join(run_dir, "args.json")))
         done = json.load(open(os.path.join(run_dir, "done.json")))
         assert done == {"global_step": planned["planned_steps"], "iterations": planned["num_iterations"]}, written
+    return logged
 
 
 # A few iterations of 2 envs x 16 steps; a 40-step time limit guarantees finished games.
