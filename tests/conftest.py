@@ -138,24 +138,30 @@ def check_bf16(monkeypatch, tmp_path, script, flags, tags):
     assert any(logged["bf16"][tag] != logged["default"][tag] for tag in tags)
     for written, resumed in ((["--bf16"], []), ([], ["--bf16"])):
         runs_dir = tmp_path / f"written{'_bf16' * bool(written)}"
-        original, stopped = script.save_checkpoint, []
-
-        def save_then_stop(*args, **kwargs):  # SIGTERM once the first checkpoint is written, as a pre-emption would
-            original(*args, **kwargs)
-            if not stopped:
-                stopped.append(os.kill(os.getpid(), signal.SIGTERM))
-
-        monkeypatch.setattr(script, "save_checkpoint", save_then_stop)
-        with pytest.raises(SystemExit) as exit_info:
-            run_main(monkeypatch, script, [*flags, *written, "--runs-dir", str(runs_dir), "--checkpoint-interval", "1"])
-        assert exit_info.value.code == 128 + signal.SIGTERM
-        monkeypatch.setattr(script, "save_checkpoint", original)
+        stop_after_first_checkpoint(monkeypatch, script, [*flags, *written, "--runs-dir", str(runs_dir)])
         run_dir = only_run_dir(runs_dir)
         run_main(monkeypatch, script, ["--resume", os.path.join(run_dir, "checkpoint.pt"), *resumed])
         planned = json.load(open(os.path.join(run_dir, "args.json")))
         done = json.load(open(os.path.join(run_dir, "done.json")))
         assert done == {"global_step": planned["planned_steps"], "iterations": planned["num_iterations"]}, written
     return logged
+
+
+def stop_after_first_checkpoint(monkeypatch, script, argv):
+    """script.main() in-process with --checkpoint-interval 1, sent SIGTERM (as a pre-emption would) once its first
+    checkpoint is written: it must save and exit 128 + SIGTERM."""
+    original, stopped = script.save_checkpoint, []
+
+    def save_then_stop(*args, **kwargs):
+        original(*args, **kwargs)
+        if not stopped:
+            stopped.append(os.kill(os.getpid(), signal.SIGTERM))
+
+    monkeypatch.setattr(script, "save_checkpoint", save_then_stop)
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(monkeypatch, script, [*argv, "--checkpoint-interval", "1"])
+    assert exit_info.value.code == 128 + signal.SIGTERM
+    monkeypatch.setattr(script, "save_checkpoint", original)
 
 
 # A few iterations of 2 envs x 16 steps; a 40-step time limit guarantees finished games.
