@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import (
     PPO_TAGS,
+    check_bf16,
     check_run_artifacts,
     check_same_losses,
     interrupt_with_sigterm,
@@ -265,6 +266,27 @@ def test_seeded_runs_are_reproducible_and_shared_networks_work(tmp_path):
     for tag in ("losses/value_loss", "losses/policy_loss", "metrics/grad_kurtosis", "charts/episodic_return"):
         assert logged[0][tag] == logged[1][tag], tag
     assert "metrics/feature_rank_critic" not in logged[0]
+
+
+def test_bf16_rounds_the_policy_by_at_most_0_01_and_resumes_either_way(monkeypatch, tmp_path):
+    """The MLP's hidden layers in bfloat16; the mean, log-std, value and the Gaussian's log-probabilities in float32.
+    On the same weights and states, the log-probabilities and values stay within 0.01 of float32's. End to end the
+    losses drift further than the pixel scripts' 2 %: the sampled actions move with the rounding of the mean, so the
+    two runs collect different rollouts (and MuJoCo amplifies the difference)."""
+    torch.manual_seed(0)
+    agent, fp32 = ppo_isaacgym.Agent(5, 2, False, bf16=True), ppo_isaacgym.Agent(5, 2, False)
+    fp32.load_state_dict(agent.state_dict())
+    obs, actions = torch.randn(64, 5), torch.randn(64, 2)
+    with ppo_isaacgym.metrics.hidden_activations(agent, torch.nn.Tanh) as activations:
+        outputs = agent.get_action_and_value(obs, actions)
+    assert {a.dtype for a in activations} == {torch.bfloat16} and {t.dtype for t in outputs} == {torch.float32}
+    exact = fp32.get_action_and_value(obs, actions)
+    for index in (1, 3):  # the log-probabilities and values (the entropy depends on the log-std alone)
+        assert torch.allclose(outputs[index], exact[index], rtol=0, atol=1e-2)
+        assert not torch.equal(outputs[index], exact[index])
+    flags = [*TINY, "--total-timesteps", "192", "--metrics-interval", "0", "--torch-threads", "1"]  # 3 iterations
+    tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
+    check_bf16(monkeypatch, tmp_path, ppo_isaacgym, flags, tags, rel_tolerance=0.5)
 
 
 def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path):
