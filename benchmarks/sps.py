@@ -1,6 +1,6 @@
 """Throughput of the training scripts next to EnvPool's raw stepping rate, in one run.
 
-    python benchmarks/sps.py                      # all six scripts, 8 envs x 128 steps, 50 iterations
+    python benchmarks/sps.py                      # all six scripts, 8 envs x 128 steps, 50 iterations; --bf16 too
     python benchmarks/sps.py --candidates compile "compile cudagraphs" --cuda   # also --compile, --compile --cudagraphs
     python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 64 --total-timesteps 655360 --cuda
     python benchmarks/sps.py --nproc 2            # also: one run as 2 torchrun processes against 1
@@ -16,10 +16,10 @@ Prints, measured on this machine in this one invocation:
      --no-channels-last --no-fused-adam --no-reuse-host-memory`: NCHW pixels, per-tensor-list Adam,
      glibc's default malloc, nothing compiled;
      ppo_isaacgym.py has no pixels), of the script's defaults, and of each
-     `--candidates` flag set, all with metrics at the default interval, and of the defaults with
+     `--candidates` flag set (default: --bf16), all with metrics at the default interval, and of the defaults with
      metrics off (--metrics-interval 0); the settings alternate `--repeats` times (median of each);
-  3. the ratios: defaults / eager path (compile time counted: it happens inside the training
-     loop), defaults / raw, and the throughput cost of the metrics (target < 5 %), twice: end to
+  3. the ratios: defaults / eager path and each candidate / eager path (compile time counted: it happens inside
+     the training loop), defaults / raw, and the throughput cost of the metrics (target < 5 %), twice: end to
      end (SPS on / off, which run-to-run noise of a few percent blurs on a busy CPU) and by
      direct timing (the seconds one metrics computation takes on the metrics batch, measured in
      this process on real frames on the training device, divided by the seconds of
@@ -102,9 +102,9 @@ class Args:
     """states in the metrics batch (the scripts' --metrics-batch default)"""
     repeats: int = 1
     """training runs per setting, the settings alternated; the median is reported"""
-    candidates: tuple[str, ...] = ()
+    candidates: tuple[str, ...] = ("bf16",)
     """further flag sets to time next to the defaults, each one string of flags without their dashes (compile "compile
-    cudagraphs": --compile, then --compile --cudagraphs)"""
+    cudagraphs": --compile, then --compile --cudagraphs); each also gets its ratio to the eager path"""
     raw_steps: int = 2000
     """batched env.step calls for the raw EnvPool rate"""
     cuda: bool = False
@@ -310,7 +310,7 @@ def main() -> None:
     for env_id in dict.fromkeys(task_of(args, script) for script in args.scripts):
         raw[env_id] = raw_envpool_sps(env_id, args.num_envs, args.raw_steps)
         observations[env_id] = real_observations(env_id, args.num_envs, min(args.metrics_batch, batch_size))
-        blank = ("",) * (8 + len(args.candidates))
+        blank = ("",) * (8 + 2 * len(args.candidates))
         rows.append((f"EnvPool raw rate, {env_id} (random actions)", f"{raw[env_id]:,.0f}", *blank))
     for script in args.scripts:
         env_id = task_of(args, script)
@@ -339,6 +339,7 @@ def main() -> None:
                 cell(sps["defaults"]),
                 *(cell(sps[candidate]) for candidate in args.candidates),
                 cell(sps["defaults"] / sps["eager"], "{:.2f}"),
+                *(cell(sps[candidate] / sps["eager"], "{:.2f}") for candidate in args.candidates),
                 cell(sps["defaults"] / raw[env_id], "{:.3f}"),
                 cell(sps["off"]),
                 cell(100 * (1 - sps["defaults"] / sps["off"]), "{:+.1f} %"),
@@ -351,14 +352,15 @@ def main() -> None:
             )
         )
     print(f"SPS with metrics every {args.metrics_interval} unless said; eager = CleanRL's path ({' '.join(CLEANRL_EAGER)})")
-    candidates = (f"SPS --{candidate.replace(' ', ' --')}" for candidate in args.candidates)
+    candidates = [f"--{candidate.replace(' ', ' --')}" for candidate in args.candidates]
     print_table(
         (
             "",
             "SPS eager",
             "SPS defaults",
-            *candidates,
+            *(f"SPS {candidate}" for candidate in candidates),
             "defaults / eager",
+            *(f"{candidate} / eager" for candidate in candidates),
             "defaults / raw",
             "SPS metrics off",
             "metrics cost end to end",

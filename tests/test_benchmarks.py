@@ -71,6 +71,7 @@ def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_r
     row = next(line for line in main_table if line.startswith("ppo_atari_envpool.py")).split()
     eager, defaults, ratio = (float(row[i].replace(",", "")) for i in (2, 3, 5))
     assert row[4] == "failed" and eager > 0 and defaults > 0 and ratio == pytest.approx(defaults / eager, abs=0.02)
+    assert row[6] == "failed"  # the candidate's ratio to the eager path
     table = lines[lines.index(next(line for line in lines if line.startswith("one run, metrics every 2"))) + 1 :]
     assert table[0].split()[:4] == ["SPS", "1", "process", "SPS"]
     row = table[1].split()
