@@ -40,13 +40,16 @@ class Args:
     """torch's CPU threads (default: torch's own)"""
     cuda: bool = False
     """run on the GPU"""
+    scale: float = 1.0
+    """fraction of each default minibatch size to time (the tests run a tiny one)"""
 
 
-def networks(bf16: bool, device: torch.device):
+def networks(bf16: bool, device: torch.device, scale: float):
     """(name, network, its minibatch, a function from network and minibatch to the heads' float32 outputs)."""
-    atari = torch.randint(0, 256, (256, 4, 84, 84), dtype=torch.uint8, device=device)
-    procgen = torch.randint(0, 256, (2048, 3, 64, 64), dtype=torch.uint8, device=device)
-    ant = torch.randn(32768, 27, device=device)
+    size = lambda default: max(1, round(default * scale))  # noqa: E731
+    atari = torch.randint(0, 256, (size(256), 4, 84, 84), dtype=torch.uint8, device=device)
+    procgen = torch.randint(0, 256, (size(2048), 3, 64, 64), dtype=torch.uint8, device=device)
+    ant = torch.randn(size(32768), 27, device=device)
     ppo_outputs = lambda agent, obs: agent.get_action_and_value(obs)[1:4]  # noqa: E731 - log-prob, entropy, value
     return [
         ("ppo_atari_envpool.Agent (Nature CNN)", ppo_atari_envpool.Agent(4, False, bf16=bf16), atari, ppo_outputs),
@@ -78,7 +81,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # the scripts' default (--tf32)
     synchronize = torch.cuda.synchronize if args.cuda else lambda: None
     torch.manual_seed(0)
-    candidates = {precision: networks(precision == "bf16", device) for precision in ("fp32", "bf16")}
+    candidates = {precision: networks(precision == "bf16", device, args.scale) for precision in ("fp32", "bf16")}
     name = torch.cuda.get_device_name() if args.cuda else f"CPU, {torch.get_num_threads()} thread(s)"
     print(f"device: {name}; torch {torch.__version__}; median of {args.rounds - 1} rounds x {args.steps} updates")
     print(f"{'network':<46}{'minibatch':>10}{'fp32 s':>10}{'bf16 s':>10}{'fp32 / bf16':>13}")

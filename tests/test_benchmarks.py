@@ -4,6 +4,7 @@ import re
 
 import pytest
 from conftest import run_script
+from torch.utils.tensorboard import SummaryWriter
 
 
 def random_policy(*flags):
@@ -105,3 +106,43 @@ def test_async_envs_benchmark_times_the_three_modes():
         "async, pool of 2 in batches of 1",
     ]
     assert all(float(line.split()[-2].replace(",", "")) > 0 for line in lines)
+
+
+def test_bf16_update_benchmark_times_each_network_in_both_precisions():
+    result = run_script("benchmarks/bf16_update.py", "--scale", "0.004", "--rounds", "2", "--steps", "1", "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("ppo_", "pqn_"))]
+    assert [row.split()[0] for row in rows] == [
+        "ppo_atari_envpool.Agent",
+        "pqn_atari.QNetwork",
+        "ppo_procgen.Agent",
+        "ppo_isaacgym.Agent",
+    ]
+    for row in rows:
+        minibatch, fp32, bf16, ratio = (float(cell) for cell in row.split()[-4:])
+        assert minibatch >= 1 and fp32 > 0 and bf16 > 0 and ratio == pytest.approx(fp32 / bf16, rel=0.05)  # of rounded cells
+
+
+def test_ratio_noise_benchmark_prints_the_first_minibatch_in_both_precisions():
+    flags = ["--num-envs", "2", "--num-steps", "16", "--iterations", "1"]
+    result = run_script("benchmarks/ratio_noise.py", *flags, env={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("2 envs")]
+    assert [row[2] for row in rows] == ["fp32", "bf16"]
+    assert all(float(row[3]) >= 0 and float(row[5]) == 0 for row in rows)  # k3 >= 0; no ratio leaves 1 +- 0.1
+
+
+def test_learning_table_of_two_runs(tmp_path):
+    for name, returns in (("a", range(100)), ("b", [5.0] * 100)):
+        writer = SummaryWriter(str(tmp_path / name))
+        for game, value in enumerate(returns):
+            writer.add_scalar("charts/episodic_return", value, 10 * (game + 1))  # the last game ends at step 1000
+        writer.close()
+    result = run_script("benchmarks/learning_table.py", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert result.returncode == 0, result.stderr
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in result.stdout.splitlines()[2:]]
+    rows = {row[0]: row[1:] for row in rows}
+    assert rows["first 50 games"] == ["24.50 (50)", "5.00 (50)"]
+    assert rows["games ending after 90 % of the steps"][0] == "94.50 (10)"  # steps 910..1000: returns 90..99
+    assert rows["best game"] == ["99", "5"]
+    assert run_script("benchmarks/learning_table.py", str(tmp_path / "none")).returncode == 1
