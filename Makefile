@@ -39,8 +39,9 @@ demo: $(STAMP) system-packages
 	$(PY) sweeps/aggregate.py curves $(DEMO_DIR)/Breakout-v5__* --smooth 5 --out $(DEMO_DIR)/learning_curve.png
 	@echo "TensorBoard: $(PY) -m tensorboard.main --logdir $(DEMO_DIR)"
 
+# One test process per core (at most 4: the tests start processes of their own), each test sent to whichever is free.
 test: $(STAMP) system-packages
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --maxprocesses 4 --dist worksteal
 
 # The blocks marked `# Copied from <script>.<name>` must equal their source (.ci/check_copies.py).
 lint: $(STAMP)

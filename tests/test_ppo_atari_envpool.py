@@ -256,6 +256,9 @@ def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
         assert all(np.isfinite(value) for _, value in scalars[tag]), tag
     assert all(0 < value <= 100 for _, value in scalars["metrics/ess_pct"])
     assert all(1 <= value <= 24 for _, value in scalars["metrics/feature_rank"])  # at most the metrics batch
+    # The first minibatch meets the weights that acted: in float32 its ratios are 1 up to rounding
+    assert all(0 <= value < 1e-9 for _, value in scalars["losses/first_minibatch_approx_kl"])
+    assert all(value == 0 for _, value in scalars["losses/first_minibatch_clipfrac"])
     returns = [value for _, value in scalars["charts/episodic_return"]]
     assert all(value >= 0 for value in returns) and len(returns) >= 2  # Breakout scores are never negative
 
