@@ -194,8 +194,9 @@ class Agent(nn.Module):
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller)
         layout change."""
-        x = obs.contiguous(memory_format=self.memory_format).float().div_(255.0)
-        # --bf16: the encoders compute in bfloat16; their features come back as float32 for the heads and all after them
+        # --bf16: the pixels go straight to bfloat16 (k / 255 rounds to the same number as through float32, one pass less
+        # over the batch) and the encoders compute in it; their features come back as float32 for the heads and after
+        x = obs.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32).div_(255.0)
         with torch.autocast(x.device.type, torch.bfloat16) if self.bf16 else contextlib.nullcontext():
             actor_features = self.actor_encoder(x)
             critic_features = actor_features if self.critic_encoder is None else self.critic_encoder(x)

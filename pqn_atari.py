@@ -191,8 +191,9 @@ class QNetwork(nn.Module):
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Penultimate features; uint8 pixels (B, 4, 84, 84) are scaled here (in place), after the (4x smaller) layout."""
-        x = obs.contiguous(memory_format=self.memory_format).float().div_(255.0)
-        # --bf16: the encoder computes in bfloat16; its features come back as float32 for the Q head and the targets
+        # --bf16: the pixels go straight to bfloat16 (k / 255 rounds to the same number as through float32, one pass less
+        # over the batch) and the encoder computes in it; its features come back as float32 for the Q head and the targets
+        x = obs.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32).div_(255.0)
         with torch.autocast(x.device.type, torch.bfloat16) if self.bf16 else contextlib.nullcontext():
             return self.encoder(x).float()
 

@@ -313,6 +313,9 @@ def test_bf16_runs_the_encoders_in_bfloat16_and_the_heads_in_float32():
         fp32_logits = fp32.get_action_and_value(obs)[4]
     assert {a.dtype for a in activations} == {torch.float32}
     assert torch.allclose(logits, fp32_logits, atol=1e-3) and not torch.equal(logits, fp32_logits)
+    # Pixels straight to bfloat16: every k / 255 rounds to what autocast would make of float32's k / 255
+    pixels = torch.arange(256).to(torch.uint8)
+    assert torch.equal(pixels.to(torch.bfloat16).div_(255.0), pixels.float().div_(255.0).to(torch.bfloat16))
 
 
 def test_bf16_logs_the_losses_of_fp32_within_2_percent_and_resumes_either_way(monkeypatch, tmp_path, tiny_ppo_flags):
