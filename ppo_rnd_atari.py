@@ -854,12 +854,8 @@ def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **
     if not all(finite):
         names = ", ".join(name for name, ok in zip(values, finite, strict=True) if not ok)
         checkpoint = os.path.join(run_dir or "", "checkpoint.pt")
-        kept = (
-            f"; the last checkpoint is unchanged: {checkpoint}"
-            if os.path.isfile(checkpoint)
-            else "; no checkpoint was written"
-        )
-        sys.stderr.write(f"error: non-finite {names} at iteration {iteration} (global step {global_step:,}){kept}\n")
+        kept = f"the last checkpoint is unchanged: {checkpoint}" if os.path.isfile(checkpoint) else "no checkpoint was written"
+        sys.stderr.write(f"error: non-finite {names} at iteration {iteration} (global step {global_step:,}); {kept}\n")
         sys.exit(1)
 
 
