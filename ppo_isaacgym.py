@@ -552,18 +552,14 @@ def validate_and_derive(args: Args) -> Args:
     args.batch_size = args.num_envs * args.num_steps
     minibatch_size = args.minibatch_size or args.batch_size // args.num_minibatches
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
-    require(
-        minibatch_size > 0 and args.batch_size % minibatch_size == 0,
-        f"{split} does not divide the batch (num_envs * num_steps = {args.batch_size}) into equal minibatches",
-    )
-    require(
-        args.total_timesteps >= args.batch_size,
-        f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {args.batch_size})",
-    )
-    require(
-        args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
-        f"--num-envs {args.num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes",
-    )
+    batch = f"(num_envs * num_steps = {args.batch_size})"
+    divides = minibatch_size > 0 and args.batch_size % minibatch_size == 0
+    require(divides, f"{split} does not divide the batch {batch} into equal minibatches")
+    fits = args.total_timesteps >= args.batch_size
+    require(fits, f"--total-timesteps {args.total_timesteps} is smaller than one batch {batch}")
+    num_envs = args.num_envs
+    shares = f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"
+    require(num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0, shares)
     args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
     args.num_iterations = args.total_timesteps // args.batch_size
     args.scaled_learning_rate = learning_rate(args, args.num_envs, 0)

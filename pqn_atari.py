@@ -479,10 +479,8 @@ def validate_and_derive(args: Args) -> Args:
     )
     for name in ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction"):
         require(0 <= getattr(args, name) <= 1, f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    require(
-        not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available()),
-        "--cudagraphs needs --compile and CUDA",
-    )
+    cuda = args.cuda and torch.cuda.is_available()
+    require(not args.cudagraphs or (args.compile and cuda), "--cudagraphs needs --compile and CUDA")
     spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
     require(spec_class == "AtariEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5)")
     return plan_iterations(args)
@@ -522,19 +520,13 @@ def plan_iterations(args: Args) -> Args:
     for _, num_envs, num_steps in phases:
         batch_size = num_envs * num_steps
         minibatch_size = args.minibatch_size or batch_size // max(args.num_minibatches, 1)
-        require(
-            minibatch_size > 0 and batch_size % minibatch_size == 0,
-            f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches",
-        )
-        require(
-            num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0,
-            f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes",
-        )
+        divides = minibatch_size > 0 and batch_size % minibatch_size == 0
+        require(divides, f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches")
+        shares = f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"
+        require(num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0, shares)
     batch_size = phases[0][1] * phases[0][2]
-    require(
-        args.total_timesteps >= batch_size,
-        f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {batch_size})",
-    )
+    fits = args.total_timesteps >= batch_size
+    require(fits, f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {batch_size})")
     args.phases = [(int(start * args.total_timesteps), num_envs, num_steps) for start, num_envs, num_steps in phases]
     args.num_envs, args.num_steps = phases[0][1:]
     args.batch_size, args.planned_steps, args.num_iterations = batch_size, 0, 0
