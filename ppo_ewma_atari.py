@@ -185,16 +185,14 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
     return layer
 
 
-# Copied from ppo_atari_envpool.nature_cnn
-def nature_cnn() -> nn.Sequential:
+def nature_cnn() -> nn.Sequential:  # Copied from ppo_atari_envpool.nature_cnn
     """Mnih et al. 2015 encoder: 3 convolutions (32, 64, 64) and a 512-unit dense layer."""
     convolutions = [(4, 32, 8, 4), (32, 64, 4, 2), (64, 64, 3, 1)]  # (in, out, kernel size, stride)
     layers = [layer for i, o, k, s in convolutions for layer in (layer_init(nn.Conv2d(i, o, k, stride=s)), nn.ReLU())]
     return nn.Sequential(*layers, nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
 
 
-# Copied from ppo_atari_envpool.Agent
-class Agent(nn.Module):
+class Agent(nn.Module):  # Copied from ppo_atari_envpool.Agent
     def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True, bf16: bool = False):
         super().__init__()
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -227,8 +225,7 @@ class Agent(nn.Module):
         return action, distribution.log_prob(action), distribution.entropy(), value, logits
 
 
-# Copied from ppo_atari_envpool.sample_actions
-def sample_actions(logits: torch.Tensor) -> torch.Tensor:
+def sample_actions(logits: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.sample_actions
     """One action per row of (B, A) logits, drawn from softmax(logits) by the Gumbel-max trick: argmax(logits + G),
     G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never
     waits."""
@@ -237,8 +234,7 @@ def sample_actions(logits: torch.Tensor) -> torch.Tensor:
 
 
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
-# Copied from ppo_atari_envpool.reset_step_mask
-def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
+def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.reset_step_mask
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
     return 1.0 - previous_done
@@ -342,8 +338,7 @@ def ewma_update(proximal: nn.Module, current: nn.Module, weight_sum: float, beta
 
 
 # ---- The outer loop: N_envs x N_RO by phase, learning rate, clipping epsilon or centre of mass ----
-# Copied from ppo_atari_envpool.Phase
-class Phase(NamedTuple):
+class Phase(NamedTuple):  # Copied from ppo_atari_envpool.Phase
     """A stretch of training with one data-collection shape, counted over all the processes of a torchrun run."""
 
     num_envs: int
@@ -355,15 +350,13 @@ class Phase(NamedTuple):
         return self.num_envs * self.num_steps
 
 
-# Copied from ppo_atari_envpool.phase_at
-def phase_at(args: Args, step: int) -> Phase:
+def phase_at(args: Args, step: int) -> Phase:  # Copied from ppo_atari_envpool.phase_at
     """The phase that `step` falls in: a fixed --minibatch-size stays, else the number of minibatches does."""
     _, num_envs, num_steps = [phase for phase in args.phases if phase[0] <= step][-1]
     return Phase(num_envs, num_steps, args.minibatch_size or num_envs * num_steps // args.num_minibatches)
 
 
-# Copied from ppo_atari_envpool.learning_rate
-def learning_rate(args: Args, num_envs: int, step: int) -> float:
+def learning_rate(args: Args, num_envs: int, step: int) -> float:  # Copied from ppo_atari_envpool.learning_rate
     """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
     k = num_envs / args.lr_reference_envs
     scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
@@ -378,15 +371,13 @@ def adapted_step_size(value: float, ddr: float, target: float, rate: float, boun
     return min(max(value * (ddr / target) ** (sign * rate), bounds[0]), bounds[1])
 
 
-# Copied from ppo_atari_envpool.target_ddr
-def target_ddr(args: Args, step: int) -> float:
+def target_ddr(args: Args, step: int) -> float:  # Copied from ppo_atari_envpool.target_ddr
     """--target-ddr, grown geometrically to --target-ddr-final (when given) over the planned steps."""
     growth = args.target_ddr_final / args.target_ddr if args.target_ddr_final else 1.0
     return args.target_ddr * growth ** (step / args.planned_steps)
 
 
-# Copied from ppo_atari_envpool.behavior_kl
-@torch.no_grad()
+@torch.no_grad()  # Copied from ppo_atari_envpool.behavior_kl
 def behavior_kl(agent: Agent, obs: torch.Tensor, behavior_logits: torch.Tensor) -> float:
     """KL(behaviour policy || updated policy), the mean over the states: the divergence of the DDR."""
     return metrics.categorical_kl(behavior_logits, agent.actor(agent.features(obs)[0])).mean().item()
@@ -414,8 +405,7 @@ def measure_agent(agent: Agent, obs, actions, behavior_logits, batch_size: int, 
     return measured
 
 
-# Copied from ppo_atari_envpool.embed
-@torch.no_grad()
+@torch.no_grad()  # Copied from ppo_atari_envpool.embed
 def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
     """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
     features, critic_features = agent.features(obs)
@@ -626,22 +616,19 @@ def validate_and_derive(args: Args) -> Args:
     return plan_iterations(args)
 
 
-# Copied from ppo_atari_envpool.fail
-def fail(message: str) -> None:
+def fail(message: str) -> None:  # Copied from ppo_atari_envpool.fail
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
     sys.exit(2)
 
 
-# Copied from ppo_atari_envpool.require
-def require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str) -> None:  # Copied from ppo_atari_envpool.require
     """fail(message) unless ok."""
     if not ok:
         fail(message)
 
 
-# Copied from ppo_atari_envpool.require_signs
-def require_signs(args: Args, positive: str, non_negative: str) -> None:
+def require_signs(args: Args, positive: str, non_negative: str) -> None:  # Copied from ppo_atari_envpool.require_signs
     """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0."""
     for name in positive.split():
         value = getattr(args, name)
@@ -651,8 +638,7 @@ def require_signs(args: Args, positive: str, non_negative: str) -> None:
         require(0 <= value < math.inf, f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
 
 
-# Copied from ppo_atari_envpool.plan_iterations
-def plan_iterations(args: Args) -> Args:
+def plan_iterations(args: Args) -> Args:  # Copied from ppo_atari_envpool.plan_iterations
     """The phases of --schedule (or the one phase of --num-envs x --num-steps), checked to split into minibatches and
     over the processes; the iterations of full batches that fit the budget."""
     phases = parse_schedule(args.schedule) if args.schedule is not None else [(0.0, args.num_envs, args.num_steps)]
@@ -675,8 +661,7 @@ def plan_iterations(args: Args) -> Args:
     return args
 
 
-# Copied from ppo_atari_envpool.parse_schedule
-def parse_schedule(text: str) -> list[tuple[float, int, int]]:
+def parse_schedule(text: str) -> list[tuple[float, int, int]]:  # Copied from ppo_atari_envpool.parse_schedule
     """'0:8x128,0.5:32x32' -> [(0.0, 8, 128), (0.5, 32, 32)]: from that fraction of the budget on, N_envs x N_RO."""
     phases = [re.fullmatch(r"(0|0?\.\d+):([1-9]\d*)x([1-9]\d*)", part.strip()) for part in text.split(",")]
     starts = [float(phase[1]) for phase in phases if phase]
@@ -688,8 +673,7 @@ def parse_schedule(text: str) -> list[tuple[float, int, int]]:
     return [(float(phase[1]), int(phase[2]), int(phase[3])) for phase in phases]
 
 
-# Copied from ppo_atari_envpool.parse_args
-def parse_args() -> tuple[Args, dict | None]:
+def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.parse_args
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
@@ -709,8 +693,7 @@ def parse_args() -> tuple[Args, dict | None]:
     return validate_and_derive(args), checkpoint
 
 
-# Copied from ppo_atari_envpool.start_run
-def start_run(args: Args, checkpoint: dict | None):
+def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_envpool.start_run
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
@@ -767,8 +750,7 @@ def start_run(args: Args, checkpoint: dict | None):
     return run_dir, writer, progress, stop_signal
 
 
-# Copied from ppo_atari_envpool.stop_requested
-def stop_requested(stop_signal: list[int]) -> bool:
+def stop_requested(stop_signal: list[int]) -> bool:  # Copied from ppo_atari_envpool.stop_requested
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
     Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
     if received := max(all_ranks_list(stop_signal[:1]), default=0):  # one process: its own first signal
@@ -776,8 +758,7 @@ def stop_requested(stop_signal: list[int]) -> bool:
     return bool(received)
 
 
-# Copied from ppo_atari_envpool.all_ranks_sum
-def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
+def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.all_ranks_sum
     """The sum of x over the processes of a torchrun run; x itself in a single process."""
     if dist.is_initialized():
         x = x.clone()
@@ -785,8 +766,7 @@ def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-# Copied from ppo_atari_envpool.all_ranks_list
-def all_ranks_list(items: list) -> list:
+def all_ranks_list(items: list) -> list:  # Copied from ppo_atari_envpool.all_ranks_list
     """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
     if not dist.is_initialized():
         return items
@@ -795,8 +775,7 @@ def all_ranks_list(items: list) -> list:
     return [item for process_items in gathered for item in process_items]
 
 
-# Copied from ppo_atari_envpool.all_ranks_sum_gradients
-def all_ranks_sum_gradients(parameters) -> None:
+def all_ranks_sum_gradients(parameters) -> None:  # Copied from ppo_atari_envpool.all_ranks_sum_gradients
     """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
     share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
     if not dist.is_initialized():
@@ -841,8 +820,7 @@ def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **
         sys.exit(1)
 
 
-# Copied from ppo_atari_envpool.write_atomically
-def write_atomically(path: str, data: bytes) -> None:
+def write_atomically(path: str, data: bytes) -> None:  # Copied from ppo_atari_envpool.write_atomically
     """Write `data` to a temporary file, flushed to the disk, and rename it to `path`: a crash never leaves half a file.
     A failed write (a full or unwritable disk) removes the temporary file, keeps what `path` held and raises an OSError
     that names `path` (see `stop_on_write_error`)."""
@@ -858,8 +836,7 @@ def write_atomically(path: str, data: bytes) -> None:
         raise OSError(error.errno, error.strerror, path) from None
 
 
-# Copied from ppo_atari_envpool.stop_on_write_error
-def stop_on_write_error(error: OSError) -> None:
+def stop_on_write_error(error: OSError) -> None:  # Copied from ppo_atari_envpool.stop_on_write_error
     """A full or unwritable disk ends the run with one line that names the file and the OS error, and how to resume
     from the last checkpoint when there is one; exit status 1 (2 is for bad flags)."""
     checkpoint = os.path.join(os.path.dirname(error.filename or ""), "checkpoint.pt")
@@ -868,8 +845,7 @@ def stop_on_write_error(error: OSError) -> None:
     sys.exit(1)
 
 
-# Copied from ppo_atari_envpool.restore_checkpoint
-def restore_checkpoint(checkpoint: dict, **modules) -> int:
+def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_atari_envpool.restore_checkpoint
     """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
     try:
         for name, module in modules.items():
@@ -919,8 +895,7 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
     write_atomically(os.path.join(run_dir, "done.json"), json.dumps(done).encode())
 
 
-# Copied from ppo_atari_envpool.record_video
-@torch.no_grad()
+@torch.no_grad()  # Copied from ppo_atari_envpool.record_video
 def record_video(agent: Agent, args: Args, run_dir: str) -> None:
     """One game of the final policy in EnvPool's Atari (the training preprocessing), rendered to MP4 (each kind of
     environment has its own version; the Atari scripts copy this one)."""

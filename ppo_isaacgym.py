@@ -218,8 +218,7 @@ class Agent(nn.Module):
 
 
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
-# Copied from ppo_atari_envpool.reset_step_mask
-def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
+def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.reset_step_mask
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
     return 1.0 - previous_done
@@ -266,8 +265,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> tor
     return (x * mask).sum() / count
 
 
-# Copied from ppo_atari_envpool.ppo_loss
-def ppo_loss(
+def ppo_loss(  # Copied from ppo_atari_envpool.ppo_loss
     new_logprob, new_value, entropy, minibatch, statistics, *, clip_coef, clip_vloss, ent_coef, vf_coef, norm_adv
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages, returns and valid (the
@@ -357,8 +355,7 @@ def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningM
 
 
 # ---- The outer loop: the learning rate ----
-# Copied from ppo_atari_envpool.learning_rate
-def learning_rate(args: Args, num_envs: int, step: int) -> float:
+def learning_rate(args: Args, num_envs: int, step: int) -> float:  # Copied from ppo_atari_envpool.learning_rate
     """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
     k = num_envs / args.lr_reference_envs
     scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
@@ -386,8 +383,7 @@ def measure_agent(agent: Agent, obs, actions, behavior_mean, behavior_std, batch
     return measured
 
 
-# Copied from ppo_atari_envpool.embed
-@torch.no_grad()
+@torch.no_grad()  # Copied from ppo_atari_envpool.embed
 def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
     """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
     features, critic_features = agent.features(obs)
@@ -566,22 +562,19 @@ def validate_and_derive(args: Args) -> Args:
     return args
 
 
-# Copied from ppo_atari_envpool.fail
-def fail(message: str) -> None:
+def fail(message: str) -> None:  # Copied from ppo_atari_envpool.fail
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
     sys.exit(2)
 
 
-# Copied from ppo_atari_envpool.require
-def require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str) -> None:  # Copied from ppo_atari_envpool.require
     """fail(message) unless ok."""
     if not ok:
         fail(message)
 
 
-# Copied from ppo_atari_envpool.require_signs
-def require_signs(args: Args, positive: str, non_negative: str) -> None:
+def require_signs(args: Args, positive: str, non_negative: str) -> None:  # Copied from ppo_atari_envpool.require_signs
     """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0."""
     for name in positive.split():
         value = getattr(args, name)
@@ -591,8 +584,7 @@ def require_signs(args: Args, positive: str, non_negative: str) -> None:
         require(0 <= value < math.inf, f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
 
 
-# Copied from ppo_atari_envpool.parse_args
-def parse_args() -> tuple[Args, dict | None]:
+def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.parse_args
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
@@ -612,8 +604,7 @@ def parse_args() -> tuple[Args, dict | None]:
     return validate_and_derive(args), checkpoint
 
 
-# Copied from ppo_atari_envpool.start_run
-def start_run(args: Args, checkpoint: dict | None):
+def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_envpool.start_run
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
@@ -670,8 +661,7 @@ def start_run(args: Args, checkpoint: dict | None):
     return run_dir, writer, progress, stop_signal
 
 
-# Copied from ppo_atari_envpool.stop_requested
-def stop_requested(stop_signal: list[int]) -> bool:
+def stop_requested(stop_signal: list[int]) -> bool:  # Copied from ppo_atari_envpool.stop_requested
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
     Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
     if received := max(all_ranks_list(stop_signal[:1]), default=0):  # one process: its own first signal
@@ -679,8 +669,7 @@ def stop_requested(stop_signal: list[int]) -> bool:
     return bool(received)
 
 
-# Copied from ppo_atari_envpool.all_ranks_sum
-def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
+def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.all_ranks_sum
     """The sum of x over the processes of a torchrun run; x itself in a single process."""
     if dist.is_initialized():
         x = x.clone()
@@ -688,8 +677,7 @@ def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-# Copied from ppo_atari_envpool.all_ranks_list
-def all_ranks_list(items: list) -> list:
+def all_ranks_list(items: list) -> list:  # Copied from ppo_atari_envpool.all_ranks_list
     """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
     if not dist.is_initialized():
         return items
@@ -698,8 +686,7 @@ def all_ranks_list(items: list) -> list:
     return [item for process_items in gathered for item in process_items]
 
 
-# Copied from ppo_atari_envpool.all_ranks_sum_gradients
-def all_ranks_sum_gradients(parameters) -> None:
+def all_ranks_sum_gradients(parameters) -> None:  # Copied from ppo_atari_envpool.all_ranks_sum_gradients
     """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
     share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
     if not dist.is_initialized():
@@ -744,8 +731,7 @@ def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **
         sys.exit(1)
 
 
-# Copied from ppo_atari_envpool.write_atomically
-def write_atomically(path: str, data: bytes) -> None:
+def write_atomically(path: str, data: bytes) -> None:  # Copied from ppo_atari_envpool.write_atomically
     """Write `data` to a temporary file, flushed to the disk, and rename it to `path`: a crash never leaves half a file.
     A failed write (a full or unwritable disk) removes the temporary file, keeps what `path` held and raises an OSError
     that names `path` (see `stop_on_write_error`)."""
@@ -761,8 +747,7 @@ def write_atomically(path: str, data: bytes) -> None:
         raise OSError(error.errno, error.strerror, path) from None
 
 
-# Copied from ppo_atari_envpool.stop_on_write_error
-def stop_on_write_error(error: OSError) -> None:
+def stop_on_write_error(error: OSError) -> None:  # Copied from ppo_atari_envpool.stop_on_write_error
     """A full or unwritable disk ends the run with one line that names the file and the OS error, and how to resume
     from the last checkpoint when there is one; exit status 1 (2 is for bad flags)."""
     checkpoint = os.path.join(os.path.dirname(error.filename or ""), "checkpoint.pt")
@@ -771,8 +756,7 @@ def stop_on_write_error(error: OSError) -> None:
     sys.exit(1)
 
 
-# Copied from ppo_atari_envpool.restore_checkpoint
-def restore_checkpoint(checkpoint: dict, **modules) -> int:
+def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_atari_envpool.restore_checkpoint
     """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
     try:
         for name, module in modules.items():

@@ -190,8 +190,7 @@ def impala_cnn() -> nn.Sequential:
     return nn.Sequential(*stages, nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(32 * 8 * 8, 256)), nn.ReLU())
 
 
-# Copied from ppo_atari_envpool.Agent with nature_cnn->impala_cnn, 512->256
-class Agent(nn.Module):
+class Agent(nn.Module):  # Copied from ppo_atari_envpool.Agent with nature_cnn->impala_cnn, 512->256
     def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True, bf16: bool = False):
         super().__init__()
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -224,8 +223,7 @@ class Agent(nn.Module):
         return action, distribution.log_prob(action), distribution.entropy(), value, logits
 
 
-# Copied from ppo_atari_envpool.sample_actions
-def sample_actions(logits: torch.Tensor) -> torch.Tensor:
+def sample_actions(logits: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.sample_actions
     """One action per row of (B, A) logits, drawn from softmax(logits) by the Gumbel-max trick: argmax(logits + G),
     G = -log(E), E ~ Exp(1). Categorical.sample's torch.multinomial checks its input on the host on CUDA; this never
     waits."""
@@ -234,15 +232,13 @@ def sample_actions(logits: torch.Tensor) -> torch.Tensor:
 
 
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
-# Copied from ppo_atari_envpool.reset_step_mask
-def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
+def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.reset_step_mask
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
     return 1.0 - previous_done
 
 
-# Copied from ppo_isaacgym.RunningMeanStd
-class RunningMeanStd(nn.Module):
+class RunningMeanStd(nn.Module):  # Copied from ppo_isaacgym.RunningMeanStd
     """Running mean and (population) variance of a stream of (B, *shape) batches; a module so that its statistics
     follow .to(device) and state_dict(). The count starts at 1e-4 with variance 1 (as OpenAI baselines'
     VecNormalize), so the first scaled rewards are not divided by a zero variance."""
@@ -330,8 +326,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> tor
     return (x * mask).sum() / count
 
 
-# Copied from ppo_atari_envpool.ppo_loss
-def ppo_loss(
+def ppo_loss(  # Copied from ppo_atari_envpool.ppo_loss
     new_logprob, new_value, entropy, minibatch, statistics, *, clip_coef, clip_vloss, ent_coef, vf_coef, norm_adv
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped PPO objective; `minibatch` holds the rollout's logprobs, values, advantages, returns and valid (the
@@ -368,8 +363,7 @@ def compute_gradients(agent: Agent, minibatch: dict, statistics: dict, args: Arg
     return stats
 
 
-# Copied from ppo_atari_envpool.learning_rate
-def learning_rate(args: Args, num_envs: int, step: int) -> float:
+def learning_rate(args: Args, num_envs: int, step: int) -> float:  # Copied from ppo_atari_envpool.learning_rate
     """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
     k = num_envs / args.lr_reference_envs
     scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
@@ -377,8 +371,7 @@ def learning_rate(args: Args, num_envs: int, step: int) -> float:
 
 
 # ---- Measurements after the update (the functions themselves are in metrics.py) ----
-# Copied from ppo_atari_envpool.measure_agent
-@torch.no_grad()
+@torch.no_grad()  # Copied from ppo_atari_envpool.measure_agent
 def measure_agent(agent: Agent, obs, actions, behavior_logits, batch_size: int, dormant_tau: float) -> dict[str, float]:
     """The metrics/ tags that need a forward pass, after the update, on the metrics batch:
     ratios and KL compare the updated policy with the policy that collected the rollout."""
@@ -396,8 +389,7 @@ def measure_agent(agent: Agent, obs, actions, behavior_logits, batch_size: int, 
     return measured
 
 
-# Copied from ppo_atari_envpool.embed
-@torch.no_grad()
+@torch.no_grad()  # Copied from ppo_atari_envpool.embed
 def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> dict[str, np.ndarray]:
     """Penultimate features and critic values of a few states, for the coverage plots (paper Fig. 2)."""
     features, critic_features = agent.features(obs)
@@ -598,22 +590,19 @@ def validate_and_derive(args: Args) -> Args:
     return args
 
 
-# Copied from ppo_atari_envpool.fail
-def fail(message: str) -> None:
+def fail(message: str) -> None:  # Copied from ppo_atari_envpool.fail
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
     sys.exit(2)
 
 
-# Copied from ppo_atari_envpool.require
-def require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str) -> None:  # Copied from ppo_atari_envpool.require
     """fail(message) unless ok."""
     if not ok:
         fail(message)
 
 
-# Copied from ppo_atari_envpool.require_signs
-def require_signs(args: Args, positive: str, non_negative: str) -> None:
+def require_signs(args: Args, positive: str, non_negative: str) -> None:  # Copied from ppo_atari_envpool.require_signs
     """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0."""
     for name in positive.split():
         value = getattr(args, name)
@@ -623,8 +612,7 @@ def require_signs(args: Args, positive: str, non_negative: str) -> None:
         require(0 <= value < math.inf, f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
 
 
-# Copied from ppo_atari_envpool.parse_args
-def parse_args() -> tuple[Args, dict | None]:
+def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.parse_args
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
@@ -644,8 +632,7 @@ def parse_args() -> tuple[Args, dict | None]:
     return validate_and_derive(args), checkpoint
 
 
-# Copied from ppo_atari_envpool.start_run
-def start_run(args: Args, checkpoint: dict | None):
+def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_envpool.start_run
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
@@ -702,8 +689,7 @@ def start_run(args: Args, checkpoint: dict | None):
     return run_dir, writer, progress, stop_signal
 
 
-# Copied from ppo_atari_envpool.stop_requested
-def stop_requested(stop_signal: list[int]) -> bool:
+def stop_requested(stop_signal: list[int]) -> bool:  # Copied from ppo_atari_envpool.stop_requested
     """Whether a stop signal arrived; under torchrun, at any process (each process's list then holds its number).
     Every process gets the same answer: a signal that lands during the exchange counts at the next call."""
     if received := max(all_ranks_list(stop_signal[:1]), default=0):  # one process: its own first signal
@@ -711,8 +697,7 @@ def stop_requested(stop_signal: list[int]) -> bool:
     return bool(received)
 
 
-# Copied from ppo_atari_envpool.all_ranks_sum
-def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
+def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.all_ranks_sum
     """The sum of x over the processes of a torchrun run; x itself in a single process."""
     if dist.is_initialized():
         x = x.clone()
@@ -720,8 +705,7 @@ def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-# Copied from ppo_atari_envpool.all_ranks_list
-def all_ranks_list(items: list) -> list:
+def all_ranks_list(items: list) -> list:  # Copied from ppo_atari_envpool.all_ranks_list
     """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
     if not dist.is_initialized():
         return items
@@ -730,8 +714,7 @@ def all_ranks_list(items: list) -> list:
     return [item for process_items in gathered for item in process_items]
 
 
-# Copied from ppo_atari_envpool.all_ranks_sum_gradients
-def all_ranks_sum_gradients(parameters) -> None:
+def all_ranks_sum_gradients(parameters) -> None:  # Copied from ppo_atari_envpool.all_ranks_sum_gradients
     """Under torchrun, replace each gradient by its sum over the processes, sent as one flat buffer: every loss is a
     share of the global masked mean, so this is the single-process gradient and every process takes the same step."""
     if not dist.is_initialized():
@@ -776,8 +759,7 @@ def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **
         sys.exit(1)
 
 
-# Copied from ppo_atari_envpool.write_atomically
-def write_atomically(path: str, data: bytes) -> None:
+def write_atomically(path: str, data: bytes) -> None:  # Copied from ppo_atari_envpool.write_atomically
     """Write `data` to a temporary file, flushed to the disk, and rename it to `path`: a crash never leaves half a file.
     A failed write (a full or unwritable disk) removes the temporary file, keeps what `path` held and raises an OSError
     that names `path` (see `stop_on_write_error`)."""
@@ -793,8 +775,7 @@ def write_atomically(path: str, data: bytes) -> None:
         raise OSError(error.errno, error.strerror, path) from None
 
 
-# Copied from ppo_atari_envpool.stop_on_write_error
-def stop_on_write_error(error: OSError) -> None:
+def stop_on_write_error(error: OSError) -> None:  # Copied from ppo_atari_envpool.stop_on_write_error
     """A full or unwritable disk ends the run with one line that names the file and the OS error, and how to resume
     from the last checkpoint when there is one; exit status 1 (2 is for bad flags)."""
     checkpoint = os.path.join(os.path.dirname(error.filename or ""), "checkpoint.pt")
@@ -803,8 +784,7 @@ def stop_on_write_error(error: OSError) -> None:
     sys.exit(1)
 
 
-# Copied from ppo_atari_envpool.restore_checkpoint
-def restore_checkpoint(checkpoint: dict, **modules) -> int:
+def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_atari_envpool.restore_checkpoint
     """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
     try:
         for name, module in modules.items():

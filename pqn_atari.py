@@ -211,8 +211,7 @@ def epsilon_greedy(q_values: torch.Tensor, epsilon: float) -> torch.Tensor:
 
 
 # ---- The maths of one iteration: small functions that a test can call on hand-made tensors ----
-# Copied from ppo_atari_envpool.reset_step_mask
-def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:
+def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.reset_step_mask
     """1.0 for real transitions, 0.0 for EnvPool's reset steps: after an episode ends, EnvPool's next step
     ignores the action and returns the next episode's first observation with reward 0 (cleanrl issue 475)."""
     return 1.0 - previous_done
@@ -270,8 +269,7 @@ def compute_gradients(q_network: QNetwork, minibatch: dict[str, torch.Tensor]) -
 
 
 # ---- The outer loop: N_envs x N_RO by phase, learning rate, epsilon ----
-# Copied from ppo_atari_envpool.Phase
-class Phase(NamedTuple):
+class Phase(NamedTuple):  # Copied from ppo_atari_envpool.Phase
     """A stretch of training with one data-collection shape, counted over all the processes of a torchrun run."""
 
     num_envs: int
@@ -283,15 +281,13 @@ class Phase(NamedTuple):
         return self.num_envs * self.num_steps
 
 
-# Copied from ppo_atari_envpool.phase_at
-def phase_at(args: Args, step: int) -> Phase:
+def phase_at(args: Args, step: int) -> Phase:  # Copied from ppo_atari_envpool.phase_at
     """The phase that `step` falls in: a fixed --minibatch-size stays, else the number of minibatches does."""
     _, num_envs, num_steps = [phase for phase in args.phases if phase[0] <= step][-1]
     return Phase(num_envs, num_steps, args.minibatch_size or num_envs * num_steps // args.num_minibatches)
 
 
-# Copied from ppo_atari_envpool.learning_rate
-def learning_rate(args: Args, num_envs: int, step: int) -> float:
+def learning_rate(args: Args, num_envs: int, step: int) -> float:  # Copied from ppo_atari_envpool.learning_rate
     """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
     k = num_envs / args.lr_reference_envs
     scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
@@ -486,22 +482,19 @@ def validate_and_derive(args: Args) -> Args:
     return plan_iterations(args)
 
 
-# Copied from ppo_atari_envpool.fail
-def fail(message: str) -> None:
+def fail(message: str) -> None:  # Copied from ppo_atari_envpool.fail
     """A usage error: one line and exit status 2, as argparse and tyro do."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
     sys.exit(2)
 
 
-# Copied from ppo_atari_envpool.require
-def require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str) -> None:  # Copied from ppo_atari_envpool.require
     """fail(message) unless ok."""
     if not ok:
         fail(message)
 
 
-# Copied from ppo_atari_envpool.require_signs
-def require_signs(args: Args, positive: str, non_negative: str) -> None:
+def require_signs(args: Args, positive: str, non_negative: str) -> None:  # Copied from ppo_atari_envpool.require_signs
     """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0."""
     for name in positive.split():
         value = getattr(args, name)
@@ -511,8 +504,7 @@ def require_signs(args: Args, positive: str, non_negative: str) -> None:
         require(0 <= value < math.inf, f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
 
 
-# Copied from ppo_atari_envpool.plan_iterations
-def plan_iterations(args: Args) -> Args:
+def plan_iterations(args: Args) -> Args:  # Copied from ppo_atari_envpool.plan_iterations
     """The phases of --schedule (or the one phase of --num-envs x --num-steps), checked to split into minibatches and
     over the processes; the iterations of full batches that fit the budget."""
     phases = parse_schedule(args.schedule) if args.schedule is not None else [(0.0, args.num_envs, args.num_steps)]
@@ -535,8 +527,7 @@ def plan_iterations(args: Args) -> Args:
     return args
 
 
-# Copied from ppo_atari_envpool.parse_schedule
-def parse_schedule(text: str) -> list[tuple[float, int, int]]:
+def parse_schedule(text: str) -> list[tuple[float, int, int]]:  # Copied from ppo_atari_envpool.parse_schedule
     """'0:8x128,0.5:32x32' -> [(0.0, 8, 128), (0.5, 32, 32)]: from that fraction of the budget on, N_envs x N_RO."""
     phases = [re.fullmatch(r"(0|0?\.\d+):([1-9]\d*)x([1-9]\d*)", part.strip()) for part in text.split(",")]
     starts = [float(phase[1]) for phase in phases if phase]
@@ -548,8 +539,7 @@ def parse_schedule(text: str) -> list[tuple[float, int, int]]:
     return [(float(phase[1]), int(phase[2]), int(phase[3])) for phase in phases]
 
 
-# Copied from ppo_atari_envpool.parse_args
-def parse_args() -> tuple[Args, dict | None]:
+def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.parse_args
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
@@ -569,8 +559,7 @@ def parse_args() -> tuple[Args, dict | None]:
     return validate_and_derive(args), checkpoint
 
 
-# Copied from ppo_atari_envpool.start_run
-def start_run(args: Args, checkpoint: dict | None):
+def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_envpool.start_run
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
@@ -627,8 +616,7 @@ def start_run(args: Args, checkpoint: dict | None):
     return run_dir, writer, progress, stop_signal
 
 
-# Copied from ppo_atari_envpool.all_ranks_list
-def all_ranks_list(items: list) -> list:
+def all_ranks_list(items: list) -> list:  # Copied from ppo_atari_envpool.all_ranks_list
     """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
     if not dist.is_initialized():
         return items
@@ -657,8 +645,7 @@ def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list
         embeddings.clear()
 
 
-# Copied from ppo_atari_envpool.write_atomically
-def write_atomically(path: str, data: bytes) -> None:
+def write_atomically(path: str, data: bytes) -> None:  # Copied from ppo_atari_envpool.write_atomically
     """Write `data` to a temporary file, flushed to the disk, and rename it to `path`: a crash never leaves half a file.
     A failed write (a full or unwritable disk) removes the temporary file, keeps what `path` held and raises an OSError
     that names `path` (see `stop_on_write_error`)."""
@@ -674,8 +661,7 @@ def write_atomically(path: str, data: bytes) -> None:
         raise OSError(error.errno, error.strerror, path) from None
 
 
-# Copied from ppo_atari_envpool.stop_on_write_error
-def stop_on_write_error(error: OSError) -> None:
+def stop_on_write_error(error: OSError) -> None:  # Copied from ppo_atari_envpool.stop_on_write_error
     """A full or unwritable disk ends the run with one line that names the file and the OS error, and how to resume
     from the last checkpoint when there is one; exit status 1 (2 is for bad flags)."""
     checkpoint = os.path.join(os.path.dirname(error.filename or ""), "checkpoint.pt")
@@ -697,8 +683,7 @@ def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **
         sys.exit(1)
 
 
-# Copied from ppo_atari_envpool.restore_checkpoint
-def restore_checkpoint(checkpoint: dict, **modules) -> int:
+def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_atari_envpool.restore_checkpoint
     """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
     try:
         for name, module in modules.items():

@@ -11,8 +11,12 @@ whose line above (above its decorators) reads
     # Copied from ppo_atari_envpool.save_checkpoint
     # Copied from ppo_atari_envpool.minibatch_statistics with agent->q_network, Agent->QNetwork
 
-and it must equal the named block of that script, after the renames (whole words, left to right). The source is
-never itself a copy: change the source, then run `make fix-copies`.
+or whose first line ends with the marker, where it fits in 127 characters:
+
+    def all_ranks_sum(x: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.all_ranks_sum
+
+and it must equal the named block of that script (without the marker), after the renames (whole words, left to right).
+The source is never itself a copy: change the source, then run `make fix-copies`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 from pathlib import Path
 
 MARKER = re.compile(r"# Copied from (\w+)\.(\w+)(?: with (.+))?")
+TRAILING_MARKER = re.compile(r"(?<=\S)  # Copied from \w+\.\w+(?: with .+)?$")
 
 
 def top_level_blocks(lines: list[str]) -> dict[str, tuple[int, int]]:
@@ -34,6 +39,11 @@ def top_level_blocks(lines: list[str]) -> dict[str, tuple[int, int]]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             blocks[node.name] = (min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1, node.end_lineno)
     return blocks
+
+
+def is_copy(lines: list[str], start: int) -> bool:
+    """Whether the block that starts at line index `start` carries a marker (on its first line or the line above)."""
+    return bool(TRAILING_MARKER.search(lines[start]) or start and MARKER.fullmatch(lines[start - 1].strip()))
 
 
 def renamed(lines: list[str], renames: str | None) -> list[str]:
@@ -59,29 +69,32 @@ def check(root: Path, fix: bool, only: list[str] | None = None) -> int:
         starts = {start: name for name, (start, _) in blocks[script].items()}
         replacements = []  # (start, end, expected lines) of the copies that differ
         for index, line in enumerate(lines):
-            if not (marker := MARKER.fullmatch(line.strip())):
+            if not (marker := MARKER.search(line)):
                 continue
             copies += 1
             source, name, renames = marker.groups()
-            where = f"{script}.py:{index + 1}"
-            if index + 1 not in starts:
-                print(f"{where}: '{line.strip()}' is not right above a top-level function or class")
+            where, trailing = f"{script}.py:{index + 1}", not line.lstrip().startswith("#")
+            first = index if trailing else index + 1  # the block's first line
+            if first not in starts or (trailing and not TRAILING_MARKER.search(line)):
+                print(f"{where}: '{marker[0]}' is not on or right above the first line of a top-level function or class")
             elif name not in blocks.get(source, {}):
                 print(f"{where}: {source}.py has no top-level function or class named {name}")
-            elif MARKER.fullmatch(sources[source][blocks[source][name][0] - 1].strip()):
+            elif is_copy(sources[source], blocks[source][name][0]):
                 print(f"{where}: {source}.{name} is itself a copy; name the block it was copied from")
             else:
-                start, end = blocks[script][starts[index + 1]]
+                start, end = blocks[script][starts[first]]
                 source_start, source_end = blocks[source][name]
                 expected = renamed(sources[source][source_start:source_end], renames)
+                if trailing:  # the marker stays where it is
+                    expected[0] = expected[0].rstrip("\n") + TRAILING_MARKER.search(line)[0] + "\n"
                 if lines[start:end] == expected:
                     continue
                 if fix:
                     replacements.append((start, end, expected))
-                    print(f"{where}: rewrote {starts[index + 1]} from {source}.{name}")
+                    print(f"{where}: rewrote {starts[first]} from {source}.{name}")
                     continue
                 diff = difflib.unified_diff(expected, lines[start:end], f"{source}.py ({name})", f"{script}.py", n=1)
-                print(f"{where}: {starts[index + 1]} differs from {source}.{name}:\n{''.join(diff)}")
+                print(f"{where}: {starts[first]} differs from {source}.{name}:\n{''.join(diff)}")
             problems += 1
         for start, end, expected in sorted(replacements, reverse=True):  # from the bottom: earlier indices stay valid
             lines[start:end] = expected

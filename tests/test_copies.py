@@ -54,6 +54,19 @@ def test_markers_that_name_nothing_or_a_copy_fail(tmp_path):
     assert result.returncode == 1
     assert "b.py:1: a.py has no top-level function or class named missing" in result.stdout
     assert "b.py:6: a.g is itself a copy" in result.stdout
+    (tmp_path / "a.py").write_text("def f():\n    return 1\n\n\ndef g():  # Copied from a.f\n    return 1\n")
+    assert "b.py:6: a.g is itself a copy" in run_checker(tmp_path).stdout
+
+
+def test_a_marker_at_the_end_of_the_first_line_checks_and_fixes_the_same(tmp_path):
+    (tmp_path / "a.py").write_text("@staticmethod\ndef f(x):\n    return x + 1\n")
+    copy = "@staticmethod  # Copied from a.f\ndef f(x):\n    return x + 1\n"
+    (tmp_path / "b.py").write_text(copy.replace("x + 1", "x + 2"))
+    result = run_checker(tmp_path)
+    assert result.returncode == 1 and "b.py:1: f differs from a.f" in result.stdout and "+    return x + 2" in result.stdout
+    assert run_checker(tmp_path, "--fix").returncode == 0 and (tmp_path / "b.py").read_text() == copy
+    (tmp_path / "b.py").write_text("def g():\n    pass  # Copied from a.f\n")  # not the block's first line
+    assert "b.py:2: '# Copied from a.f' is not on or right above the first line" in run_checker(tmp_path).stdout
 
 
 def test_renames_apply_to_whole_words(tmp_path):
