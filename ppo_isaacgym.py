@@ -553,9 +553,8 @@ def validate_and_derive(args: Args) -> Args:
     require(divides, f"{split} does not divide the batch {batch} into equal minibatches")
     fits = args.total_timesteps >= args.batch_size
     require(fits, f"--total-timesteps {args.total_timesteps} is smaller than one batch {batch}")
-    num_envs = args.num_envs
-    shares = f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"
-    require(num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0, shares)
+    shares = f"and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"
+    require(args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0, f"--num-envs {args.num_envs} {shares}")
     args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
     args.num_iterations = args.total_timesteps // args.batch_size
     args.scaled_learning_rate = learning_rate(args, args.num_envs, 0)
