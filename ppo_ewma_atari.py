@@ -351,9 +351,8 @@ class Phase(NamedTuple):  # Copied from ppo_atari_envpool.Phase
 
 
 def phase_at(args: Args, step: int) -> Phase:  # Copied from ppo_atari_envpool.phase_at
-    """The phase that `step` falls in: a fixed --minibatch-size stays, else the number of minibatches does."""
-    _, num_envs, num_steps = [phase for phase in args.phases if phase[0] <= step][-1]
-    return Phase(num_envs, num_steps, args.minibatch_size or num_envs * num_steps // args.num_minibatches)
+    """The phase that `step` falls in."""
+    return Phase(*[phase for phase in args.phases if phase[0] <= step][-1][1:])
 
 
 def learning_rate(args: Args, num_envs: int, step: int) -> float:  # Copied from ppo_atari_envpool.learning_rate
@@ -639,21 +638,22 @@ def require_signs(args: Args, positive: str, non_negative: str) -> None:  # Copi
 
 
 def plan_iterations(args: Args) -> Args:  # Copied from ppo_atari_envpool.plan_iterations
-    """The phases of --schedule (or the one phase of --num-envs x --num-steps), checked to split into minibatches and
-    over the processes; the iterations of full batches that fit the budget."""
+    """The phases of --schedule (or the one of --num-envs x --num-steps) with their minibatch size (--minibatch-size, else
+    batch / --num-minibatches), checked to split over the processes; the iterations of full batches that fit the budget."""
     phases = parse_schedule(args.schedule) if args.schedule is not None else [(0.0, args.num_envs, args.num_steps)]
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
-    for _, num_envs, num_steps in phases:
+    args.phases = []
+    for start, num_envs, num_steps in phases:
         batch_size = num_envs * num_steps
         minibatch_size = args.minibatch_size or batch_size // max(args.num_minibatches, 1)
         divides = minibatch_size > 0 and batch_size % minibatch_size == 0
         require(divides, f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches")
         shares = f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"
         require(num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0, shares)
+        args.phases.append((int(start * args.total_timesteps), num_envs, num_steps, minibatch_size))
     batch_size = phases[0][1] * phases[0][2]
     fits = args.total_timesteps >= batch_size
     require(fits, f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {batch_size})")
-    args.phases = [(int(start * args.total_timesteps), num_envs, num_steps) for start, num_envs, num_steps in phases]
     args.num_envs, args.num_steps = phases[0][1:]
     args.batch_size, args.planned_steps, args.num_iterations = batch_size, 0, 0
     while args.planned_steps + (batch_size := phase_at(args, args.planned_steps).batch_size) <= args.total_timesteps:
