@@ -232,6 +232,7 @@ def interval_estimates(matrices: dict[str, np.ndarray], func, reps: int, seed: i
 
     from rliable import library as rly  # noqa: PLC0415
 
+    np.random.seed(seed)  # rliable 1.2's stratified bootstrap draws its resamples from numpy's global RNG, not random_state
     with warnings.catch_warnings():  # rliable 1.2 passes arch's deprecated random_state
         warnings.simplefilter("ignore", FutureWarning)
         return rly.get_interval_estimates(matrices, func, reps=reps, random_state=np.random.RandomState(seed))

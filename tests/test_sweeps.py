@@ -260,6 +260,19 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
     assert json.load(open(os.path.join(run_dirs[0], "done.json")))["global_step"] == 512
 
 
+def test_iqm_is_the_mean_of_the_middle_half_and_its_bootstrap_ci_brackets_it():
+    from sweeps.aggregate import interval_estimates, iqm
+
+    # 8 runs x 2 games: sorted 0 1 1 2 | 2 3 3 4 4 5 5 6 | 6 7 7 900, the middle half's mean is 4 (the mean is 60.4)
+    scores = np.array([[0, 900], [1, 2], [1, 3], [2, 4], [3, 5], [4, 6], [5, 7], [6, 7]], dtype=float)
+    assert iqm(scores) == pytest.approx(4.0)
+    estimates, intervals = interval_estimates({"a": scores}, lambda x: np.array([iqm(x)]), reps=200)
+    (low,), (high,) = intervals["a"]
+    assert estimates["a"][0] == pytest.approx(4.0) and low < 4.0 < high < 60  # the outlier moves neither
+    again = interval_estimates({"a": scores}, lambda x: np.array([iqm(x)]), reps=200)[1]["a"]
+    assert np.array_equal(intervals["a"], again)  # seeded: a report can be regenerated exactly
+
+
 def test_joint_coverage_counts_cells_on_a_shared_grid():
     from sweeps.aggregate import joint_coverage
 
