@@ -261,9 +261,12 @@ def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
     assert all(value == 0 for _, value in scalars["losses/first_minibatch_clipfrac"])
     returns = [value for _, value in scalars["charts/episodic_return"]]
     assert all(value >= 0 for value in returns) and len(returns) >= 2  # Breakout scores are never negative
+    # A game spans its lives (episodic_life ends an EnvPool episode per life, ~24 steps apart for this policy): every game
+    # here runs to the 40-step time limit, 3 a process in its 128 steps (each with a reset step after it)
+    assert [value for _, value in scalars["charts/episodic_length"]] == [40] * 6
 
     args = json.load(open(os.path.join(run_dir, "args.json")))
-    assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16]] and args["num_iterations"] == 8
+    assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16, 16]] and args["num_iterations"] == 8
 
     check_run_artifacts(
         run_dir,
@@ -351,6 +354,13 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     assert [value for _, value in scalars["charts/batch_size"]] == [32] * 10 + [64] * 15
     clip_coefs = [value for _, value in scalars["charts/clip_coef"]]
     assert clip_coefs[0] == pytest.approx(0.1) and clip_coefs == sorted(clip_coefs) and clip_coefs[-1] > 0.1
+    # Each iteration's epsilon is the last one's, adapted to its DDR: a resume that restarted from 0.1 would break this
+    ddrs = [value for _, value in scalars["metrics/ddr"]]
+    adapt = ppo_atari_envpool.adapted_step_size
+    adapted = [adapt(clip_coef, ddr, 1000, 0.1, (0.01, 0.5)) for clip_coef, ddr in zip(clip_coefs, ddrs, strict=True)]
+    assert clip_coefs[1:] == pytest.approx(adapted[:-1], rel=1e-5)
+    # Adam went on from the saved moments and step count: 25 iterations x 2 epochs x 2 minibatches
+    assert {int(state["step"]) for state in final["optimizer"]["state"].values()} == {100}
 
 
 BAD_FLAGS = [
@@ -463,7 +473,7 @@ def test_schedule_phases_lr_and_ddr_target_by_step():
             runs_dir="/tmp",
         )
     )
-    assert args.phases == [(0, 8, 128), (5000, 32, 32), (8000, 128, 16)]
+    assert args.phases == [(0, 8, 128, 256), (5000, 32, 32, 256), (8000, 128, 16, 256)]
     assert ppo_atari_envpool.phase_at(args, 4999) == (8, 128, 256)  # a fixed minibatch size stays ...
     assert ppo_atari_envpool.phase_at(args, 8000) == (128, 16, 256)  # ... and the number of minibatches follows
     # 5 batches of 1024 reach step 5120 (phase 2), 3 more reach 8192 (phase 3), where a batch of 2048 no longer fits
