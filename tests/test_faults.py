@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -172,10 +173,10 @@ def test_a_failed_write_names_the_file_removes_the_temporary_file_and_keeps_the_
 
 
 def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path):
-    """Every name the runs could take in the next minute already exists (as if taken by runs started in that second):
+    """Every name the runs could take in the next hour already exists (as if taken by runs started in that second):
     two runs started together each create their own directory, with a suffix, and write only there."""
     now = int(time.time())
-    for second in range(now, now + 60):
+    for second in range(now - 5, now + 3600):  # however slow the start on a loaded machine
         os.makedirs(tmp_path / f"Breakout-v5__ppo_atari_envpool__1__{second}")
     command = [sys.executable, os.path.join(ROOT, SCRIPT), *TINY, "--total-timesteps", "64", "--runs-dir", str(tmp_path)]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
@@ -196,19 +197,26 @@ def test_a_run_killed_after_an_unsaved_iteration_resumes_with_one_point_per_step
     process = subprocess.Popen([sys.executable, SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    logged_past_checkpoint = False
-    while not logged_past_checkpoint and process.poll() is None:
-        time.sleep(0.2)
+    def logged_past_checkpoint() -> bool:
         run_dirs = glob.glob(str(tmp_path / "*"))
-        if run_dirs and os.path.exists(checkpoint_path := os.path.join(run_dirs[0], "checkpoint.pt")):
-            saved_step = torch.load(checkpoint_path, weights_only=True)["global_step"]
-            events = EventAccumulator(run_dirs[0])
-            events.Reload()
-            logged = [event.step for event in events.Scalars("charts/SPS")] if "charts/SPS" in events.Tags()["scalars"] else []
-            logged_past_checkpoint = any(step > saved_step for step in logged)
+        if not run_dirs or not os.path.exists(checkpoint_path := os.path.join(run_dirs[0], "checkpoint.pt")):
+            return False
+        saved_step = torch.load(checkpoint_path, weights_only=True)["global_step"]
+        events = EventAccumulator(run_dirs[0])
+        events.Reload()
+        logged = [event.step for event in events.Scalars("charts/SPS")] if "charts/SPS" in events.Tags()["scalars"] else []
+        return any(step > saved_step for step in logged)
+
+    killed_past_checkpoint = False
+    while not killed_past_checkpoint and process.poll() is None:
+        time.sleep(0.2)
+        if logged_past_checkpoint():
+            process.send_signal(signal.SIGSTOP)  # nothing more is written: look again, as the kill will leave the files
+            killed_past_checkpoint = logged_past_checkpoint()
+            process.send_signal(signal.SIGKILL if killed_past_checkpoint else signal.SIGCONT)
     process.kill()
     process.wait()
-    assert logged_past_checkpoint, "the run ended before it logged past a checkpoint"
+    assert killed_past_checkpoint, "the run ended before it logged past a checkpoint"
     run_dir = only_run_dir(tmp_path)
     result = run_script(SCRIPT, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda", "--torch-threads", "1")
     assert result.returncode == 0, result.stderr
