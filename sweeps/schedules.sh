@@ -11,7 +11,8 @@
 #   .venv/bin/python sweeps/aggregate.py report runs/schedules
 #
 # CPU default: GAMES=Breakout SEEDS="1 2" TOTAL_TIMESTEPS=20480 ALGOS=ppo (10 runs of ~1 min on 2 cores);
-#   RESULTS.md's demonstration: CONFIGS="fixed_8x128 grow target_ddr" TOTAL_TIMESTEPS=500000 JOBS=2.
+#   RESULTS.md's demonstration: CONFIGS="fixed_8x128 grow" TOTAL_TIMESTEPS=500000 JOBS=2, then
+#   CONFIGS=target_ddr TARGET_DDR_FINAL=1000000 with the same budget (the commands are in RESULTS.md).
 # SCALE=paper: the Atari-10, SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=100000000, ALGOS="ppo ewma pqn".
 # TARGET_DDR (default 100000, batch / KL) and TARGET_DDR_FINAL (unset: constant) set the target.
 set -euo pipefail
