@@ -330,6 +330,36 @@ def test_finish_run_saves_the_loop_state_without_the_interrupted_iteration(tmp_p
     assert set(torch.load(tmp_path / "ppo_isaacgym.cleanrl_model", weights_only=True)) == {"model", "obs_rms"}
 
 
+# Recognisable statistics planted in a checkpoint before --resume (as in test_ppo_rnd_atari.py): the run is interrupted
+# after its first iteration or two, so a normaliser restarted from its prior would also end with more than the
+# interrupted run's count; against 1e6 it ends far below, and one that counts a step twice ends above the bound.
+PLANTED = {"count": 1e6, "mean": 100.0, "var": 400.0}
+
+
+def plant_statistics(checkpoint_path: str) -> int:
+    """Overwrite the checkpoint's obs_rms and return_rms with PLANTED (same dtypes and shapes: weights_only data);
+    returns its iteration."""
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    for name in ("obs_rms", "return_rms"):
+        checkpoint[name] = {key: torch.full_like(value, PLANTED[key]) for key, value in checkpoint[name].items()}
+    torch.save(checkpoint, checkpoint_path)
+    return checkpoint["iteration"]
+
+
+def assert_planted_statistics_continued(checkpoint: dict, num_envs: int, resumed_steps: int) -> None:
+    """After `resumed_steps` steps of `num_envs` envs from planted statistics: the observation normaliser counts every
+    observation, the first reset's included (exact: sums of whole numbers in float64); the return normaliser the real
+    transitions only, at most all of them and at least half (a reset step, left out, follows a real step that ended an
+    episode). The new values (observations and returns of a few tens at most) weigh under 1 % against the planted
+    count: the means stay within 1 of the planted 100, not near a fresh run's."""
+    obs_stats, return_stats = checkpoint["obs_rms"], checkpoint["return_rms"]
+    assert obs_stats["count"].item() == PLANTED["count"] + num_envs * (1 + resumed_steps)
+    transitions = num_envs * resumed_steps
+    assert PLANTED["count"] + transitions / 2 <= return_stats["count"].item() <= PLANTED["count"] + transitions
+    for stats in (obs_stats, return_stats):
+        assert abs(stats["mean"].mean().item() - PLANTED["mean"]) < 1.0
+
+
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     flags = [*TINY, "--runs-dir", str(tmp_path)]
     flags[flags.index("--total-timesteps") + 1] = "6400"
@@ -337,13 +367,14 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= interrupted["iteration"] < 100 and interrupted["global_step"] == 64 * interrupted["iteration"]
+    plant_statistics(checkpoint_path)
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == 100 and final["global_step"] == 6400
-    for name in ("obs_rms", "return_rms"):  # the normalisers continued, not restarted
-        assert final[name]["count"] > interrupted[name]["count"]
+    # the normalisers continued from the checkpoint's, not restarted: TINY's 4 envs x 16 steps per resumed iteration
+    assert_planted_statistics_continued(final, 4, 16 * (100 - interrupted["iteration"]))
     steps = [step for step, _ in read_scalars(only_run_dir(tmp_path))["charts/SPS"]]
     assert steps == [64 * i for i in range(1, 101)]
 
@@ -542,13 +573,15 @@ def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= interrupted["iteration"] < 50 and interrupted["global_step"] == 64 * interrupted["iteration"]
+    plant_statistics(checkpoint_path)
     result = run_torchrun(SCRIPT, 2, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 3200
     assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 51)]
-    for name in ("obs_rms", "return_rms"):  # the normalisers continued, not restarted
-        assert torch.load(checkpoint_path, weights_only=True)[name]["count"] > interrupted[name]["count"]
+    # both processes resumed the checkpoint's statistics and summed their 2 envs' moments: those of 4 envs, not 2 or 8
+    final = torch.load(checkpoint_path, weights_only=True)
+    assert_planted_statistics_continued(final, 4, 16 * (50 - interrupted["iteration"]))
 
 
 def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):

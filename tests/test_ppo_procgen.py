@@ -300,6 +300,28 @@ def test_bf16_logs_the_losses_of_fp32_within_2_percent_and_resumes_either_way(mo
     assert bf16 == pytest.approx(fp32, rel=0.25)
 
 
+# Recognisable reward statistics planted in a checkpoint before --resume (as in test_ppo_rnd_atari.py): the run is
+# interrupted after its first iteration or two, so a normaliser restarted from its prior would also end with more than
+# the interrupted run's count; against 1e6 it ends far below, and one that counts a step twice ends above the bound.
+PLANTED = {"count": 1e6, "mean": 100.0, "var": 400.0}
+
+
+def plant_statistics(checkpoint_path: str) -> int:
+    """Overwrite the checkpoint's return_rms with PLANTED (same dtypes and shapes: weights_only data); its iteration."""
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    checkpoint["return_rms"] = {key: torch.full_like(value, PLANTED[key]) for key, value in checkpoint["return_rms"].items()}
+    torch.save(checkpoint, checkpoint_path)
+    return checkpoint["iteration"]
+
+
+def assert_planted_statistics_continued(stats: dict, resumed_steps: int) -> None:
+    """The return normaliser counts the real transitions of the resumed steps only: at most all of them, at least half
+    (a reset step, left out, follows a real step that ended an episode). The new returns (a few tens at most) weigh
+    under 0.3 % against the planted count: the mean stays within 1 of the planted 100, not near a fresh run's."""
+    assert PLANTED["count"] + resumed_steps / 2 <= stats["count"].item() <= PLANTED["count"] + resumed_steps
+    assert abs(stats["mean"].item() - PLANTED["mean"]) < 1.0
+
+
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     flags = [*TINY, "--runs-dir", str(tmp_path)]
     flags[flags.index("--total-timesteps") + 1] = "2560"
@@ -307,12 +329,14 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= interrupted["iteration"] < 20 and interrupted["global_step"] == 128 * interrupted["iteration"]
+    plant_statistics(checkpoint_path)
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == 20 and final["global_step"] == 2560
-    assert final["return_rms"]["count"] > interrupted["return_rms"]["count"]  # statistics continued, not restarted
+    # the statistics continued from the checkpoint's, not restarted: TINY's 4 envs x 32 steps per resumed iteration
+    assert_planted_statistics_continued(final["return_rms"], 4 * 32 * (20 - interrupted["iteration"]))
     steps = [step for step, _ in read_scalars(only_run_dir(tmp_path))["charts/SPS"]]
     assert steps == [128 * i for i in range(1, 21)]  # one run directory, no gap, no repeat
 
@@ -510,11 +534,17 @@ def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path
     run_dir = only_run_dir(tmp_path)
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert 1 <= checkpoint["iteration"] < 10 and checkpoint["global_step"] == 128 * checkpoint["iteration"]
-    result = run_torchrun(SCRIPT, 2, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
+    interrupted_at = plant_statistics(os.path.join(run_dir, "checkpoint.pt"))
+    # --checkpoint-interval (a flag of how to run: not taken from the checkpoint) so that the finished run saves its state
+    resume = ["--resume", os.path.join(run_dir, "checkpoint.pt"), "--checkpoint-interval", "1000", "--no-cuda"]
+    result = run_torchrun(SCRIPT, 2, *resume)
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 1280
     assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [128 * i for i in range(1, 11)]
+    # both processes resumed the checkpoint's statistics and summed their 2 envs' returns: 4 x 32 per iteration in all
+    final = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert_planted_statistics_continued(final["return_rms"], 4 * 32 * (10 - interrupted_at))
 
 
 def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
