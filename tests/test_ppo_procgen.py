@@ -290,14 +290,10 @@ def test_compiled_and_nchw_paths_log_the_losses_of_the_default_path(monkeypatch,
     check_same_losses(monkeypatch, tmp_path, ppo_procgen, flags, variants, tags, compile_backend="aot_eager")
 
 
-def test_bf16_logs_the_losses_of_fp32_within_2_percent_and_resumes_either_way(monkeypatch, tmp_path):
+def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_either_way(monkeypatch, tmp_path):
     flags = [*TINY, "--total-timesteps", "384", "--num-minibatches", "1", "--torch-threads", "1"]  # 3 iterations
-    tags = ("losses/policy_loss", "losses/entropy", "losses/approx_kl")
-    logged = check_bf16(monkeypatch, tmp_path, ppo_procgen, flags, tags)
-    # No reward in these 384 steps: the value loss fits bootstrapped values of a few hundredths, and bfloat16's rounding
-    # of them moves it by up to 20 %
-    fp32, bf16 = ([value for _, value in logged[name]["losses/value_loss"]] for name in ("default", "bf16"))
-    assert bf16 == pytest.approx(fp32, rel=0.25)
+    tags = ("losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/value_loss")
+    check_bf16(monkeypatch, tmp_path, ppo_procgen, flags, tags)
 
 
 # Recognisable reward statistics planted in a checkpoint before --resume (as in test_ppo_rnd_atari.py): the run is
