@@ -1,6 +1,7 @@
 """metrics.py against answers computed by hand."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -160,6 +161,37 @@ def test_grid_coverage_counts_occupied_cells():
     assert metrics.grid_coverage(points, grid=4) == pytest.approx(3 / 16)
     unit = metrics.rescale_to_unit_square(np.array([[2.0, -1.0], [4.0, 1.0], [3.0, 0.0]]))
     np.testing.assert_allclose(unit, [[0.0, 0.0], [1.0, 1.0], [0.5, 0.5]])
+
+
+# DQN Zoo's atari_data.py (google-deepmind/dqn_zoo), transcribed from there, not from metrics.py: (random, human)
+DQN_ZOO_RANDOM_HUMAN = {
+    "amidar": (5.8, 1719.5),
+    "bowling": (23.1, 160.7),
+    "frostbite": (65.2, 4334.7),
+    "kung_fu_master": (258.5, 22736.3),
+    "riverraid": (1338.5, 17118.0),
+    "battle_zone": (2360.0, 37187.5),
+    "double_dunk": (-18.6, -16.4),
+    "name_this_game": (2292.3, 8049.0),
+    "phoenix": (761.4, 7242.6),
+    "qbert": (163.9, 13455.0),
+    "montezuma_revenge": (0.0, 4753.3),
+    "venture": (0.0, 1187.5),
+    "private_eye": (24.9, 69571.3),
+    "gravitar": (173.0, 3351.4),
+    "solaris": (1236.3, 12326.7),
+    "pitfall": (-229.4, 6463.7),
+    "breakout": (1.7, 30.5),
+    "pong": (-20.7, 14.6),
+    "beam_rider": (363.9, 16926.5),
+}
+
+
+def test_atari_constants_are_dqn_zoos():
+    snake_case = {
+        re.sub(r"(?<!^)([A-Z])", r"_\1", game).lower(): scores for game, scores in metrics.ATARI_RANDOM_HUMAN.items()
+    }
+    assert snake_case == DQN_ZOO_RANDOM_HUMAN
 
 
 def test_score_normalisation():
