@@ -209,7 +209,7 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     assert all(value >= 0 for value in returns) and len(returns) >= 2  # Breakout scores are never negative
 
     args = json.load(open(os.path.join(run_dir, "args.json")))
-    assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16]] and args["num_iterations"] == 8
+    assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16, 16]] and args["num_iterations"] == 8
     assert args["q_lambda"] == 0.65 and args["adam_eps"] == 1e-8 and args["max_grad_norm"] == 10.0
 
     check_run_artifacts(run_dir, "pqn_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40)
