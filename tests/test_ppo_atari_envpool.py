@@ -350,6 +350,8 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     scalars = read_scalars(run_dir)
     for tag in ("charts/SPS", "charts/num_envs", "metrics/ddr"):  # every iteration logged exactly once, up to the total
         assert [step for step, _ in scalars[tag]] == steps, tag
+    # the metrics every 2 iterations and on the last, the 25th
+    assert [step for step, _ in scalars["metrics/feature_rank"]] == [steps[i - 1] for i in (*range(2, 25, 2), 25)]
     assert [value for _, value in scalars["charts/num_envs"]] == [2] * 10 + [4] * 15
     assert [value for _, value in scalars["charts/batch_size"]] == [32] * 10 + [64] * 15
     clip_coefs = [value for _, value in scalars["charts/clip_coef"]]

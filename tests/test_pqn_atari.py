@@ -357,7 +357,7 @@ def test_minibatch_size_and_lr_scaling_derive_the_rest():
     assert pqn_atari.learning_rate(args, 16, args.planned_steps // 2) == pytest.approx(2.5e-4)  # annealed
     assert pqn_atari.learning_rate(derive(num_envs=16, lr_scaling="inverse"), 16, 0) == pytest.approx(1.25e-4)
     args = derive(total_timesteps=1000, schedule="0:2x16,0.5:4x16")  # 16 batches of 32 to step 512, then 7 of 64
-    assert args.phases == [(0, 2, 16), (500, 4, 16)] and args.num_iterations == 23 and args.planned_steps == 960
+    assert args.phases == [(0, 2, 16, 8), (500, 4, 16, 16)] and args.num_iterations == 23 and args.planned_steps == 960
 
 
 def test_a_checkpoint_holds_the_loop_state_and_restores_the_modules(tmp_path, capsys):
