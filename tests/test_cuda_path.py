@@ -392,10 +392,17 @@ def check_cuda_run(result, runs_dir):
 def test_script_trains_checkpoints_and_resumes_on_cuda(script, compiled, tmp_path):
     flags = [*CUDA_RUNS[script], "--cuda", *(["--compile", "--cudagraphs"] if compiled else [])]
     run_dir = check_cuda_run(run_script(script, *flags, "--runs-dir", str(tmp_path), cuda=True), tmp_path)
-    checkpoint = os.path.join(run_dir, "checkpoint.pt")
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 256
-    resumed = run_script(script, "--resume", checkpoint, "--cuda", cuda=True)  # loads onto the GPU; nothing left to run
-    assert resumed.returncode == 0 and "resumed at iteration" in resumed.stdout, resumed.stderr
+    # The finished run's budget doubled in its checkpoint: --resume loads the state onto the GPU and trains 4 more
+    # iterations there (the optimizer's moments, the CUDA generator, the compiled graphs after a load)
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    checkpoint["args"]["total_timesteps"] = 512
+    torch.save(checkpoint, checkpoint_path)
+    resumed = run_script(script, "--resume", checkpoint_path, "--cuda", cuda=True)
+    assert resumed.returncode == 0 and "resumed at iteration 5" in resumed.stdout, resumed.stderr
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 512
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 9)]
 
 
 @needs_two_gpus
