@@ -390,7 +390,8 @@ def check_cuda_run(result, runs_dir):
 @pytest.mark.parametrize("script", list(CUDA_RUNS))
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compile-cudagraphs"])
 def test_script_trains_checkpoints_and_resumes_on_cuda(script, compiled, tmp_path):
-    flags = [*CUDA_RUNS[script], "--cuda", *(["--compile", "--cudagraphs"] if compiled else [])]
+    speed = ["--compile", "--cudagraphs"] if compiled else []  # flags of how to run: given again on --resume
+    flags = [*CUDA_RUNS[script], "--cuda", *speed]
     run_dir = check_cuda_run(run_script(script, *flags, "--runs-dir", str(tmp_path), cuda=True), tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 256
@@ -399,7 +400,7 @@ def test_script_trains_checkpoints_and_resumes_on_cuda(script, compiled, tmp_pat
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     checkpoint["args"]["total_timesteps"] = 512
     torch.save(checkpoint, checkpoint_path)
-    resumed = run_script(script, "--resume", checkpoint_path, "--cuda", cuda=True)
+    resumed = run_script(script, "--resume", checkpoint_path, "--cuda", *speed, cuda=True)
     assert resumed.returncode == 0 and "resumed at iteration 5" in resumed.stdout, resumed.stderr
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 512
     assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 9)]
