@@ -1,9 +1,11 @@
-"""ppo_isaacgym.py: Gaussian policy metrics, normalisers, backends, end to end on EnvPool MuJoCo."""
+"""ppo_isaacgym.py: Gaussian policy metrics, normalisers, backends, end to end on EnvPool MuJoCo and on a fake Isaac Gym."""
 
 import importlib.util
 import json
 import math
 import os
+import subprocess
+import sys
 from dataclasses import fields
 from types import SimpleNamespace
 
@@ -13,6 +15,7 @@ import pytest
 import torch
 from conftest import (
     PPO_TAGS,
+    ROOT,
     check_bf16,
     check_run_artifacts,
     check_same_losses,
@@ -442,6 +445,143 @@ def test_isaacgym_backend_without_isaacgym_from_the_shell(tmp_path):
     result = run_script(SCRIPT, "--runs-dir", str(tmp_path), "--backend", "isaacgym", "--env-id", "Ant")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "developer.nvidia.com/isaac-gym" in result.stderr and "--backend envpool" in result.stderr
+
+
+# --------------------------------------------------------------------------------------
+# --backend isaacgym on a fake Isaac Gym: tests/fake_isaacgym mirrors the parts of Isaac Gym and IsaacGymEnvs 1.5.1 that
+# continuous_tasks.py uses (make, isaacgym_task_map, VecTask's step and reset), with episodes of known lengths
+# --------------------------------------------------------------------------------------
+# Only on the path of the processes these tests start: this one has imported torch, after which Isaac Gym (and the fake)
+# refuse to load.
+FAKE_ISAACGYM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_isaacgym")
+WITH_FAKE_ISAACGYM = {"PYTHONPATH": os.pathsep.join([FAKE_ISAACGYM, os.environ["PYTHONPATH"]]), "CUDA_VISIBLE_DEVICES": ""}
+MAX_EPISODE_STEPS_LINE = (
+    "error: --max-episode-steps applies to --backend envpool and mjwarp (Isaac Gym tasks set their own episode length)"
+)
+# One process for the cases that stop before training (a process spends seconds importing torch and EnvPool): which
+# backend and task `auto` picks, main()'s exit status and stderr for flags it must refuse, and the fake's import rule.
+FAKE_ISAACGYM_CASES = """
+import contextlib, importlib, io, json, sys
+import ppo_isaacgym
+out = {"picks": {}, "exits": {}}
+for env_id in ("Ant", "Ant-v5", "Humanoid", "Hopper-v5"):
+    args = ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(env_id=env_id, cuda=False))
+    out["picks"][env_id] = [args.backend, args.env_id]
+refused = (["--backend", "isaacgym", "--env-id", "Cartpole"], ["--env-id", "Cartpole"], ["--env-id", "HumanoidAMP"])
+for flags in (*refused, ["--max-episode-steps", "20"]):
+    sys.argv, stderr, code = ["ppo_isaacgym.py", "--runs-dir", "/nonexistent/runs", *flags], io.StringIO(), None
+    try:
+        with contextlib.redirect_stderr(stderr):
+            ppo_isaacgym.main()
+    except SystemExit as stop:
+        code = stop.code
+    out["exits"][" ".join(flags)] = [code, stderr.getvalue()]
+del sys.modules["isaacgym.gymdeps"]  # loaded again, now after torch
+try:
+    importlib.import_module("isaacgym.gymdeps")
+except ImportError as error:
+    out["after_torch"] = str(error)
+print(json.dumps(out))
+"""
+
+
+def test_auto_backend_picks_an_installed_isaac_gym_for_its_tasks():
+    env = {**os.environ, **WITH_FAKE_ISAACGYM}
+    command = [sys.executable, "-c", FAKE_ISAACGYM_CASES]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.splitlines()[-1])
+    # Ant and Humanoid are one task on every backend (Gymnasium's names too); a task Isaac Gym lacks stays on EnvPool
+    picks = {"Ant": ["isaacgym", "Ant"], "Ant-v5": ["isaacgym", "Ant"], "Humanoid": ["isaacgym", "Humanoid"]}
+    assert out["picks"] == {**picks, "Hopper-v5": ["envpool", "Hopper-v5"]}
+    isaacgym_task = "error: --env-id 'Cartpole' is not an Isaac Gym task (known: Ant, Humanoid, HumanoidAMP)\n"
+    other_resets = "error: --env-id HumanoidAMP: its resets do not follow IsaacGymEnvs' VecTask protocol, which "
+    other_resets += "ppo_isaacgym.py needs\n"
+    # auto with a task outside the map: EnvPool's line, without the hint to install Isaac Gym (it is installed)
+    envpool_task = "error: --env-id 'Cartpole' is not an EnvPool MuJoCo task (e.g. Ant-v5, Humanoid-v5, HalfCheetah-v5, "
+    envpool_task += "Hopper-v5, Walker2d-v5)\n"
+    assert out["exits"] == {
+        "--backend isaacgym --env-id Cartpole": [2, isaacgym_task],
+        "--env-id Cartpole": [2, envpool_task],
+        "--env-id HumanoidAMP": [2, other_resets],
+        "--max-episode-steps 20": [2, MAX_EPISODE_STEPS_LINE + "\n"],  # auto picked Isaac Gym for the default Ant
+    }
+    # The fake keeps Isaac Gym's rule that ppo_isaacgym.py's first lines are there for: it loads before torch or not at all
+    assert out["after_torch"].startswith("PyTorch was imported before isaacgym modules")
+
+
+def test_isaacgym_backend_refuses_max_episode_steps_from_the_shell(tmp_path):
+    flags = ["--runs-dir", str(tmp_path / "runs"), "--backend", "isaacgym", "--env-id", "Humanoid", "--max-episode-steps", "9"]
+    result = run_script(SCRIPT, *flags, env=WITH_FAKE_ISAACGYM)
+    assert result.returncode == 2 and result.stderr == MAX_EPISODE_STEPS_LINE + "\n", result.stderr
+    assert not os.path.exists(tmp_path / "runs")
+
+
+# 4 envs of the fake Ant x 16 steps x 3 iterations, the metrics on the last two: a few seconds.
+ISAACGYM_TINY = (
+    "--no-cuda --backend isaacgym --env-id Ant --num-envs 4 --num-steps 16 --total-timesteps 192 --metrics-interval 2 "
+    "--metrics-batch 32"
+).split()
+# The fake Ant's episodes by its rules (tests/fake_isaacgym/isaacgymenvs/tasks/ant.py): env i % 4 = 0 times out at
+# progress 11 (episodeLength 12 - 1), i % 4 = 1, 2, 3 fall at progress 7, 4, 3 whatever the actions. IsaacGymEnvs resets
+# an env on the step after its episode ended (progress 0 after that step), and every env on the first step (VecTask's
+# reset_buf starts at 1). So env i's episodes end on the control steps that are multiples of FAKE_ANT_LENGTHS[i] + 1,
+# each with FAKE_ANT_LENGTHS[i] steps whose action moved the episode's state (the reset step's did not).
+FAKE_ANT_LENGTHS = (11, 7, 4, 3)
+
+
+def fake_ant_episodes(num_envs, steps):
+    """(control step, env, length) of the episodes that end within the fake's first `steps` steps, by step then env."""
+    lengths = [FAKE_ANT_LENGTHS[i % 4] for i in range(num_envs)]
+    return [(k, i, n) for k in range(1, steps + 1) for i, n in enumerate(lengths) if k % (n + 1) == 0]
+
+
+def ledger_episodes(path, num_envs):
+    """(control step, env, return, length) of the episodes the fake recorded, over their steps that were not reset
+    steps, the return summed in float32 as the script does; and the number of steps the fake took."""
+    lines = [json.loads(line) for line in open(path)]
+    episodes, returns, lengths = [], np.zeros(num_envs, np.float32), np.zeros(num_envs, np.int64)
+    for k, line in enumerate(lines, start=1):
+        for i in range(num_envs):
+            if not line["reset"][i]:
+                returns[i] += np.float32(line["reward"][i])
+                lengths[i] += 1
+            if line["done"][i]:
+                episodes.append((k, i, float(returns[i]), int(lengths[i])))
+                returns[i], lengths[i] = 0.0, 0
+    return episodes, len(lines)
+
+
+def test_isaacgym_backend_trains_on_the_fake_and_logs_its_episodes(tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    env = {**WITH_FAKE_ISAACGYM, "FAKE_ISAACGYM_LEDGER": str(ledger)}
+    result = run_script(SCRIPT, *ISAACGYM_TINY, "--runs-dir", str(tmp_path / "runs"), env=env)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    assert os.path.basename(run_dir).startswith("Ant__ppo_isaacgym__1__")
+    args = json.load(open(os.path.join(run_dir, "args.json")))
+    assert args["backend"] == "isaacgym" and args["env_id"] == "Ant" and args["num_iterations"] == 3
+    scalars = read_scalars(run_dir)
+    assert PPO_TAGS | {"metrics/feature_rank_critic"} <= set(scalars), PPO_TAGS - set(scalars)
+    assert [step for step, _ in scalars["charts/SPS"]] == [64, 128, 192]
+    assert [step for step, _ in scalars["metrics/kl_behavior"]] == [128, 192]
+    for tag in PPO_TAGS - {"losses/explained_variance"}:
+        assert all(np.isfinite(value) for _, value in scalars[tag]), tag
+
+    # The fake keeps to the rules derived above; the script logs one return and length per episode, at its last step.
+    recorded, fake_steps = ledger_episodes(ledger, num_envs=4)
+    assert [(k, env, length) for k, env, _, length in recorded] == fake_ant_episodes(num_envs=4, steps=fake_steps)
+    # The script's 48 steps are the fake's last 48: an adapter that took the first (reset) step inside reset() adds one.
+    offset = fake_steps - 48
+    recorded = [((k - offset) * 4, env, value, length) for k, env, value, length in recorded if k > offset]
+    returns, lengths = scalars["charts/episodic_return"], scalars["charts/episodic_length"]
+    assert [step for step, _ in returns] == [step for step, _ in lengths] == [step for step, *_ in recorded]
+    logged = [(value, length) for (_, value), (_, length) in zip(returns, lengths, strict=True)]
+    expected = [(value, length) for _, _, value, length in recorded]
+    # The reset steps masked out: returns to float32 rounding, lengths exactly. Each env's first episode too: VecTask's
+    # first step resets every env, which IsaacGymTasks.reset takes (the script's first step would count it otherwise).
+    for (value, length), (expected_value, expected_length), episode in zip(logged, expected, recorded, strict=True):
+        assert length == expected_length and value == pytest.approx(expected_value, rel=1e-6, abs=1e-6), episode
 
 
 # --------------------------------------------------------------------------------------
