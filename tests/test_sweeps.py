@@ -38,10 +38,10 @@ def test_print_mode_prints_and_runs_nothing(tmp_path):
 
 
 def test_local_mode_runs_in_parallel_and_reports_failures(tmp_path):
-    # the two sleepers overlap only with 2 workers: each waits for the other's file
+    # the two sleepers overlap only with 2 workers: each waits for the other's file (up to 60 s: a loaded machine)
     commands = (
-        "touch first && for i in $(seq 50); do [ -e second ] && exit 0; sleep 0.1; done; exit 1\n"
-        "touch second && for i in $(seq 50); do [ -e first ] && exit 0; sleep 0.1; done; exit 1\n"
+        "touch first && for i in $(seq 600); do [ -e second ] && exit 0; sleep 0.1; done; exit 1\n"
+        "touch second && for i in $(seq 600); do [ -e first ] && exit 0; sleep 0.1; done; exit 1\n"
         "sh -c 'echo broken; exit 3'\n"
     )
     result = launch(commands, tmp_path, JOBS="2")
