@@ -108,6 +108,28 @@ def test_reset_step_mask_on_a_scripted_envpool_episode():
     assert rewards[5] == 0.0 and rewards[11] == 0.0
 
 
+def test_reset_step_mask_after_a_lost_life():
+    """With episodic_life (the training setting) a lost life ends an EnvPool episode: the next step is a reset step too
+    (masked, reward 0, not counted in elapsed_step), while the game and its return go on until the last life."""
+    env = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1, seed=0, episodic_life=True, reward_clip=True)
+    env.reset()
+    actions = np.random.default_rng(0).integers(0, 4, size=(400, 1))
+    previous_done, steps = torch.zeros(1), []
+    for action in actions:
+        mask = reset_step_mask(previous_done).item()
+        _, reward, terminated, truncated, info = env.step(action)
+        steps.append((mask, float(reward[0]), bool(terminated[0]), int(info["elapsed_step"][0]), bool(info["terminated"][0])))
+        previous_done = torch.as_tensor(terminated | truncated, dtype=torch.float32)
+    env.close()
+    lives_lost = [t for t, (_, _, terminated, _, _) in enumerate(steps) if terminated]
+    assert len(lives_lost) >= 5  # a random policy loses Breakout's 5 lives within 400 steps
+    for t in lives_lost[:5]:
+        mask, reward, _, elapsed, _ = steps[t + 1]
+        assert (mask, reward, elapsed) == (0.0, 0.0, steps[t][3] if t < lives_lost[4] else 0), t
+        assert steps[t][4] == (t == lives_lost[4])  # the game is over at the fifth lost life only
+    assert sum(mask == 0.0 for mask, *_ in steps) == len([t for t in lives_lost if t + 1 < len(steps)])
+
+
 def loss_args(**overrides):
     base = dict(
         new_logprob=torch.zeros(2),
