@@ -25,6 +25,7 @@ from conftest import (
     interrupt_with_sigterm,
     only_run_dir,
     read_scalars,
+    run_main,
     run_script,
     run_torchrun,
     run_twice,
@@ -385,6 +386,25 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     assert clip_coefs[1:] == pytest.approx(adapted[:-1], rel=1e-5)
     # Adam went on from the saved moments and step count: 25 iterations x 2 epochs x 2 minibatches
     assert {int(state["step"]) for state in final["optimizer"]["state"].values()} == {100}
+
+
+def test_resume_continues_torchs_random_numbers_where_the_checkpoint_left_them(monkeypatch, tmp_path, tiny_ppo_flags):
+    """torch draws the actions, minibatches and metric samples: a resumed run starts from the generator state that the
+    checkpoint saved (not from the seed), before its first rollout."""
+    flags = [*tiny_ppo_flags, "--total-timesteps", "64", "--checkpoint-interval", "1", "--torch-threads", "1"]
+    run_main(monkeypatch, ppo_atari_envpool, [*flags, "--runs-dir", str(tmp_path)])  # 2 iterations
+    checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    checkpoint["args"]["total_timesteps"] = 128  # 2 more iterations for the resumed run
+    torch.save(checkpoint, checkpoint_path)
+    at_first_rollout = []
+    start_phase = ppo_atari_envpool.start_phase
+    monkeypatch.setattr(
+        ppo_atari_envpool, "start_phase", lambda *a: at_first_rollout.append(torch.get_rng_state()) or start_phase(*a)
+    )
+    run_main(monkeypatch, ppo_atari_envpool, ["--resume", checkpoint_path, "--no-cuda"])
+    assert torch.equal(at_first_rollout[0], checkpoint["rng"]["torch"])
+    assert not torch.equal(checkpoint["rng"]["torch"], torch.manual_seed(1).get_state())  # 2 iterations drew from it
 
 
 BAD_FLAGS = [
