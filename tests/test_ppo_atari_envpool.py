@@ -407,6 +407,18 @@ def test_resume_continues_torchs_random_numbers_where_the_checkpoint_left_them(m
     assert not torch.equal(checkpoint["rng"]["torch"], torch.manual_seed(1).get_state())  # 2 iterations drew from it
 
 
+def test_metrics_sample_real_transitions_only(monkeypatch, tmp_path, tiny_ppo_flags):
+    """With a 5-step time limit one step in six or more is a reset step: a metrics batch larger than the rollout measures
+    exactly its real transitions (the valid ones that compute_gae got), none of the reset steps."""
+    flags = [*tiny_ppo_flags, "--total-timesteps", "64", "--max-episode-steps", "5", "--metrics-batch", "64"]
+    valid_counts, measured_counts = [], []
+    compute_gae, measure_agent = ppo_atari_envpool.compute_gae, ppo_atari_envpool.measure_agent
+    monkeypatch.setattr(ppo_atari_envpool, "compute_gae", lambda *a: valid_counts.append(int(a[4].sum())) or compute_gae(*a))
+    monkeypatch.setattr(ppo_atari_envpool, "measure_agent", lambda *a: measured_counts.append(len(a[1])) or measure_agent(*a))
+    run_main(monkeypatch, ppo_atari_envpool, [*flags, "--torch-threads", "1", "--runs-dir", str(tmp_path)])
+    assert len(valid_counts) == 2 and measured_counts == [valid_counts[1]] and valid_counts[1] <= 32 - 4  # 2 resets an env
+
+
 BAD_FLAGS = [
     (["--num-envs", "0"], "--num-envs must be finite and > 0, got 0"),
     (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 1024)"),
