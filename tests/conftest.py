@@ -66,6 +66,22 @@ def run_script(script, *flags, env=None, timeout=600, cuda=False):
     )
 
 
+# Recognisable normaliser statistics planted in a checkpoint before --resume: a resume test's run is interrupted after
+# its first iteration or two, so a normaliser restarted from its prior would also end with more than the interrupted
+# run's count; against 1e6 it ends far below, and one that counts a step twice ends above the test's bound.
+PLANTED = {"count": 1e6, "mean": 100.0, "var": 400.0}
+
+
+def plant_statistics(checkpoint_path, *names):
+    """Overwrite the checkpoint's normalisers `names` (e.g. "return_rms") with PLANTED, same dtypes and shapes (data
+    for weights_only); returns the checkpoint's iteration."""
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    for name in names:
+        checkpoint[name] = {key: torch.full_like(value, PLANTED[key]) for key, value in checkpoint[name].items()}
+    torch.save(checkpoint, checkpoint_path)
+    return checkpoint["iteration"]
+
+
 def only_run_dir(runs_dir):
     run_dirs = [d for d in glob.glob(os.path.join(runs_dir, "*")) if os.path.isdir(d)]
     assert len(run_dirs) == 1, run_dirs

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
+    PLANTED,
     PPO_TAGS,
     ROOT,
     check_bf16,
@@ -21,6 +22,7 @@ from conftest import (
     check_same_losses,
     interrupt_with_sigterm,
     only_run_dir,
+    plant_statistics,
     read_scalars,
     run_script,
     run_torchrun,
@@ -333,22 +335,6 @@ def test_finish_run_saves_the_loop_state_without_the_interrupted_iteration(tmp_p
     assert set(torch.load(tmp_path / "ppo_isaacgym.cleanrl_model", weights_only=True)) == {"model", "obs_rms"}
 
 
-# Recognisable statistics planted in a checkpoint before --resume (as in test_ppo_rnd_atari.py): the run is interrupted
-# after its first iteration or two, so a normaliser restarted from its prior would also end with more than the
-# interrupted run's count; against 1e6 it ends far below, and one that counts a step twice ends above the bound.
-PLANTED = {"count": 1e6, "mean": 100.0, "var": 400.0}
-
-
-def plant_statistics(checkpoint_path: str) -> int:
-    """Overwrite the checkpoint's obs_rms and return_rms with PLANTED (same dtypes and shapes: weights_only data);
-    returns its iteration."""
-    checkpoint = torch.load(checkpoint_path, weights_only=True)
-    for name in ("obs_rms", "return_rms"):
-        checkpoint[name] = {key: torch.full_like(value, PLANTED[key]) for key, value in checkpoint[name].items()}
-    torch.save(checkpoint, checkpoint_path)
-    return checkpoint["iteration"]
-
-
 def assert_planted_statistics_continued(checkpoint: dict, num_envs: int, resumed_steps: int) -> None:
     """After `resumed_steps` steps of `num_envs` envs from planted statistics: the observation normaliser counts every
     observation, the first reset's included (exact: sums of whole numbers in float64); the return normaliser the real
@@ -370,7 +356,7 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= interrupted["iteration"] < 100 and interrupted["global_step"] == 64 * interrupted["iteration"]
-    plant_statistics(checkpoint_path)
+    plant_statistics(checkpoint_path, "obs_rms", "return_rms")
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
@@ -713,7 +699,7 @@ def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= interrupted["iteration"] < 50 and interrupted["global_step"] == 64 * interrupted["iteration"]
-    plant_statistics(checkpoint_path)
+    plant_statistics(checkpoint_path, "obs_rms", "return_rms")
     result = run_torchrun(SCRIPT, 2, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout

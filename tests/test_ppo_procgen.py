@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
+    PLANTED,
     PPO_TAGS,
     check_bf16,
     check_run_artifacts,
     check_same_losses,
     interrupt_with_sigterm,
     only_run_dir,
+    plant_statistics,
     read_scalars,
     run_script,
     run_torchrun,
@@ -296,20 +298,6 @@ def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_eit
     check_bf16(monkeypatch, tmp_path, ppo_procgen, flags, tags)
 
 
-# Recognisable reward statistics planted in a checkpoint before --resume (as in test_ppo_rnd_atari.py): the run is
-# interrupted after its first iteration or two, so a normaliser restarted from its prior would also end with more than
-# the interrupted run's count; against 1e6 it ends far below, and one that counts a step twice ends above the bound.
-PLANTED = {"count": 1e6, "mean": 100.0, "var": 400.0}
-
-
-def plant_statistics(checkpoint_path: str) -> int:
-    """Overwrite the checkpoint's return_rms with PLANTED (same dtypes and shapes: weights_only data); its iteration."""
-    checkpoint = torch.load(checkpoint_path, weights_only=True)
-    checkpoint["return_rms"] = {key: torch.full_like(value, PLANTED[key]) for key, value in checkpoint["return_rms"].items()}
-    torch.save(checkpoint, checkpoint_path)
-    return checkpoint["iteration"]
-
-
 def assert_planted_statistics_continued(stats: dict, resumed_steps: int) -> None:
     """The return normaliser counts the real transitions of the resumed steps only: at most all of them, at least half
     (a reset step, left out, follows a real step that ended an episode). The new returns (a few tens at most) weigh
@@ -325,7 +313,7 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= interrupted["iteration"] < 20 and interrupted["global_step"] == 128 * interrupted["iteration"]
-    plant_statistics(checkpoint_path)
+    plant_statistics(checkpoint_path, "return_rms")
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
@@ -530,7 +518,7 @@ def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path
     run_dir = only_run_dir(tmp_path)
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert 1 <= checkpoint["iteration"] < 10 and checkpoint["global_step"] == 128 * checkpoint["iteration"]
-    interrupted_at = plant_statistics(os.path.join(run_dir, "checkpoint.pt"))
+    interrupted_at = plant_statistics(os.path.join(run_dir, "checkpoint.pt"), "return_rms")
     # --checkpoint-interval (a flag of how to run: not taken from the checkpoint) so that the finished run saves its state
     resume = ["--resume", os.path.join(run_dir, "checkpoint.pt"), "--checkpoint-interval", "1000", "--no-cuda"]
     result = run_torchrun(SCRIPT, 2, *resume)
