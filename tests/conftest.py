@@ -1,5 +1,10 @@
 """Helpers shared by the tests: run a script, read its TensorBoard scalars, run its maths on fake CUDA tensors."""
 
+import importlib.util
+
+if importlib.util.find_spec("isaacgym"):  # before torch, as in ppo_isaacgym.py: Isaac Gym refuses to load after torch
+    import isaacgym  # noqa: F401
+
 import glob
 import json
 import os

@@ -496,6 +496,13 @@ def test_auto_backend_picks_an_installed_isaac_gym_for_its_tasks():
     assert out["after_torch"].startswith("PyTorch was imported before isaacgym modules")
 
 
+def test_the_suite_imports_where_isaac_gym_is_installed():
+    # conftest.py imports torch; without Isaac Gym loaded before it, this file's `import ppo_isaacgym` would fail there
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_ppo_isaacgym.py"]
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **WITH_FAKE_ISAACGYM}, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-2000:]  # 2: an error while collecting
+
+
 def test_isaacgym_backend_refuses_max_episode_steps_from_the_shell(tmp_path):
     flags = ["--runs-dir", str(tmp_path / "runs"), "--backend", "isaacgym", "--env-id", "Humanoid", "--max-episode-steps", "9"]
     result = run_script(SCRIPT, *flags, env=WITH_FAKE_ISAACGYM)
