@@ -377,7 +377,7 @@ def embed(agent: Agent, obs: torch.Tensor, iteration: int, global_step: int) -> 
     return {"features": features.cpu().numpy().astype(np.float16), "values": values, **steps}
 
 
-def start_phase(args: Args, phase: Phase, iteration: int, device: torch.device, agent: Agent, num_actions: int):
+def start_phase(args: Args, phase: Phase, iteration: int, device: torch.device, agent: Agent):
     """This process's EnvPool pool for the phase (EnvPool cannot resize a pool) and its rollout storage on the training
     device; pixels stay uint8 until the network. A new phase, or a resumed run, starts new games from another env seed:
     EnvPool's state cannot be saved."""
@@ -390,7 +390,7 @@ def start_phase(args: Args, phase: Phase, iteration: int, device: torch.device, 
     shape = (size[0] * size[1], *envs.observation_space.shape)
     frames = torch.empty(shape, dtype=torch.uint8, device=device, memory_format=agent.memory_format).zero_()
     rollout = {"obs": frames.unflatten(0, size), "actions": torch.zeros(size, dtype=torch.long, device=device)}
-    rollout |= {"logits": torch.zeros((*size, num_actions), device=device)}
+    rollout |= {"logits": torch.zeros((*size, envs.action_space.n), device=device)}
     rollout |= {name: torch.zeros(size, device=device) for name in ("logprobs", "values")}
     # What EnvPool returns stays on the host until the rollout ends: one copy to the device per rollout, not per step.
     host = {name: np.zeros(size, dtype=np.float32) for name in ("rewards", "terminations", "truncations", "valid")}
@@ -427,16 +427,14 @@ def main() -> None:
     embeddings: list[dict[str, np.ndarray]] = []
     start_time, start_step, iteration = time.time(), global_step, start_iteration - 1
     phase = phase_at(args, global_step)
-    envs, rollout, host, next_obs, host_obs, next_done, game_return = start_phase(
-        args, phase, start_iteration, device, agent, num_actions
-    )
+    envs, rollout, host, next_obs, host_obs, next_done, game_return = start_phase(args, phase, start_iteration, device, agent)
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         # ==== COLLECT ROLLOUT: N_RO steps of N_envs environments with the current policy ====
         if phase_at(args, global_step) != phase:  # a --schedule phase begins: a new pool plays new games
             phase = phase_at(args, global_step)
             envs, rollout, host, next_obs, host_obs, next_done, game_return = start_phase(
-                args, phase, iteration, device, agent, num_actions
+                args, phase, iteration, device, agent
             )
         rollout_start_step = global_step
         for step in range(phase.num_steps):
@@ -566,10 +564,10 @@ def validate_and_derive(args: Args) -> Args:
     return plan_iterations(args)
 
 
-def fail(message: str) -> None:
-    """A usage error: one line and exit status 2, as argparse and tyro do."""
+def fail(message: str, status: int = 2) -> None:
+    """One line and an exit: status 2 for a usage error, as argparse and tyro do; 1 for a run that cannot go on."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
-    sys.exit(2)
+    sys.exit(status)
 
 
 def require(ok: bool, message: str) -> None:
@@ -765,8 +763,7 @@ def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **
         names = ", ".join(name for name, ok in zip(values, finite, strict=True) if not ok)
         checkpoint = os.path.join(run_dir or "", "checkpoint.pt")
         kept = f"the last checkpoint is unchanged: {checkpoint}" if os.path.isfile(checkpoint) else "no checkpoint was written"
-        sys.stderr.write(f"error: non-finite {names} at iteration {iteration} (global step {global_step:,}); {kept}\n")
-        sys.exit(1)
+        fail(f"non-finite {names} at iteration {iteration} (global step {global_step:,}); {kept}", status=1)
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -790,8 +787,7 @@ def stop_on_write_error(error: OSError) -> None:
     from the last checkpoint when there is one; exit status 1 (2 is for bad flags)."""
     checkpoint = os.path.join(os.path.dirname(error.filename or ""), "checkpoint.pt")
     resume = f"; the last checkpoint is intact: free space, then --resume {checkpoint}" if os.path.isfile(checkpoint) else ""
-    sys.stderr.write(f"error: cannot write {error.filename or 'to the run directory'}: {error.strerror or error}{resume}\n")
-    sys.exit(1)
+    fail(f"cannot write {error.filename or 'to the run directory'}: {error.strerror or error}{resume}", status=1)
 
 
 def restore_checkpoint(checkpoint: dict, **modules) -> int:

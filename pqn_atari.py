@@ -481,10 +481,10 @@ def validate_and_derive(args: Args) -> Args:
     return plan_iterations(args)
 
 
-def fail(message: str) -> None:  # Copied from ppo_atari_envpool.fail
-    """A usage error: one line and exit status 2, as argparse and tyro do."""
+def fail(message: str, status: int = 2) -> None:  # Copied from ppo_atari_envpool.fail
+    """One line and an exit: status 2 for a usage error, as argparse and tyro do; 1 for a run that cannot go on."""
     sys.stderr.write(f"error: {message}\n")  # one write: the lines of torchrun's processes do not interleave
-    sys.exit(2)
+    sys.exit(status)
 
 
 def require(ok: bool, message: str) -> None:  # Copied from ppo_atari_envpool.require
@@ -666,8 +666,7 @@ def stop_on_write_error(error: OSError) -> None:  # Copied from ppo_atari_envpoo
     from the last checkpoint when there is one; exit status 1 (2 is for bad flags)."""
     checkpoint = os.path.join(os.path.dirname(error.filename or ""), "checkpoint.pt")
     resume = f"; the last checkpoint is intact: free space, then --resume {checkpoint}" if os.path.isfile(checkpoint) else ""
-    sys.stderr.write(f"error: cannot write {error.filename or 'to the run directory'}: {error.strerror or error}{resume}\n")
-    sys.exit(1)
+    fail(f"cannot write {error.filename or 'to the run directory'}: {error.strerror or error}{resume}", status=1)
 
 
 # Copied from ppo_atari_envpool.stop_if_not_finite
@@ -679,8 +678,7 @@ def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **
         names = ", ".join(name for name, ok in zip(values, finite, strict=True) if not ok)
         checkpoint = os.path.join(run_dir or "", "checkpoint.pt")
         kept = f"the last checkpoint is unchanged: {checkpoint}" if os.path.isfile(checkpoint) else "no checkpoint was written"
-        sys.stderr.write(f"error: non-finite {names} at iteration {iteration} (global step {global_step:,}); {kept}\n")
-        sys.exit(1)
+        fail(f"non-finite {names} at iteration {iteration} (global step {global_step:,}); {kept}", status=1)
 
 
 def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_atari_envpool.restore_checkpoint
