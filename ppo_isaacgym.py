@@ -179,8 +179,9 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 def mlp(obs_dim: int) -> nn.Sequential:
-    """The reference Isaac Gym PPO's encoder: 3 tanh layers of 256 units; the last output is the penultimate feature."""
-    sizes = [(obs_dim, 256), (256, 256), (256, 256)]
+    """The encoder of CleanRL's ppo_continuous_action_isaacgym.py: 2 tanh layers of 256 units; the last output is the
+    penultimate feature."""
+    sizes = [(obs_dim, 256), (256, 256)]
     return nn.Sequential(*[layer for i, o in sizes for layer in (layer_init(nn.Linear(i, o)), nn.Tanh())])
 
 

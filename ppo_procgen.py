@@ -185,9 +185,10 @@ def conv_sequence(in_channels: int, out_channels: int) -> nn.Sequential:
 
 
 def impala_cnn() -> nn.Sequential:
-    """Espeholt et al. 2018 encoder: stages of 16, 32, 32 channels (64x64 -> 32 -> 16 -> 8), a 256-unit dense layer."""
+    """Espeholt et al. 2018 encoder: stages of 16, 32, 32 channels (64x64 -> 32 -> 16 -> 8), a 256-unit dense layer; all
+    with PyTorch's default init, as in CleanRL's ppo_procgen.py (only the heads are orthogonal)."""
     stages = [conv_sequence(3, 16), conv_sequence(16, 32), conv_sequence(32, 32)]
-    return nn.Sequential(*stages, nn.ReLU(), nn.Flatten(), layer_init(nn.Linear(32 * 8 * 8, 256)), nn.ReLU())
+    return nn.Sequential(*stages, nn.ReLU(), nn.Flatten(), nn.Linear(32 * 8 * 8, 256), nn.ReLU())
 
 
 class Agent(nn.Module):  # Copied from ppo_atari_envpool.Agent with nature_cnn->impala_cnn, 512->256

@@ -90,7 +90,7 @@ class Args:
     clip_coef: float = 0.1
     """PPO surrogate clipping epsilon"""
     clip_vloss: bool = True
-    """clip both value losses around the old values"""
+    """clip the extrinsic value loss around the old values (the intrinsic one is never clipped, as in CleanRL)"""
     ent_coef: float = 0.001
     """entropy bonus coefficient"""
     vf_coef: float = 0.5
@@ -186,22 +186,33 @@ def nature_cnn() -> nn.Sequential:  # Copied from ppo_atari_envpool.nature_cnn
     return nn.Sequential(*layers, nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
 
 
+def rnd_policy_encoder() -> nn.Sequential:
+    """The encoder of CleanRL's ppo_rnd_envpool.py: the Nature-CNN convolutions, then dense layers of 256 and 448 units."""
+    dense = [layer_init(nn.Linear(64 * 7 * 7, 256)), nn.ReLU(), layer_init(nn.Linear(256, 448)), nn.ReLU()]
+    return nn.Sequential(*nature_cnn()[:-2], *dense)  # nature_cnn's convolutions and flatten
+
+
 class Agent(nn.Module):
-    """Nature-CNN policy with an extrinsic and an intrinsic value head (not a copy: PPO's Agent has one)."""
+    """CleanRL's PPO+RND network (ppo_rnd_envpool.py), which the paper's Fig. 16 uses: a two-layer actor on the encoder's
+    448 features, and an extrinsic and an intrinsic value head on them plus one more layer's output (not a copy: PPO's
+    Agent has one value head on the features)."""
 
     def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True, bf16: bool = False):
         super().__init__()
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.bf16 = bf16
-        self.actor_encoder = nature_cnn()
-        self.critic_encoder = nature_cnn() if separate_networks else None
-        self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
-        self.critic_ext = layer_init(nn.Linear(512, 1), std=1)
-        self.critic_int = layer_init(nn.Linear(512, 1), std=1)
+        self.actor_encoder = rnd_policy_encoder()
+        self.critic_encoder = rnd_policy_encoder() if separate_networks else None
+        self.actor = nn.Sequential(
+            layer_init(nn.Linear(448, 448), std=0.01), nn.ReLU(), layer_init(nn.Linear(448, num_actions), std=0.01)
+        )
+        self.critic_extra_layer = nn.Sequential(layer_init(nn.Linear(448, 448), std=0.1), nn.ReLU())
+        self.critic_ext = layer_init(nn.Linear(448, 1), std=0.01)
+        self.critic_int = layer_init(nn.Linear(448, 1), std=0.01)
 
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Penultimate features (actor, critic); uint8 pixels are scaled here (in place), after the (4x smaller)
-        layout change."""
+        """The encoders' 448 features (actor, critic), which the heads read and feature_rank measures; uint8 pixels are
+        scaled here (in place), after the (4x smaller) layout change."""
         # --bf16: the pixels go straight to bfloat16 (k / 255 rounds to the same number as through float32, one pass less
         # over the batch) and the encoders compute in it; their features come back as float32 for the heads and after.
         # The RND networks stay float32: their difference is the intrinsic reward, which bfloat16 would round to noise.
@@ -212,8 +223,9 @@ class Agent(nn.Module):
         return actor_features.float(), critic_features.float()
 
     def values(self, critic_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(extrinsic value, intrinsic value)"""
-        return self.critic_ext(critic_features).squeeze(-1), self.critic_int(critic_features).squeeze(-1)
+        """(extrinsic value, intrinsic value), each a head on the features plus the extra layer's output"""
+        features = critic_features + self.critic_extra_layer(critic_features)
+        return self.critic_ext(features).squeeze(-1), self.critic_int(features).squeeze(-1)
 
     def get_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.values(self.features(obs)[1])
@@ -407,7 +419,7 @@ def ppo_rnd_loss(
     policy_loss = masked_mean(torch.max(-advantages * ratio, -advantages * clipped_ratio), mask, count)
     old = {kind: (minibatch[f"{kind}_values"], minibatch[f"{kind}_returns"]) for kind in ("ext", "int")}
     ext_value_loss = value_loss(values[0], *old["ext"], mask, count, clip_coef, clip_vloss)
-    int_value_loss = value_loss(values[1], *old["int"], mask, count, clip_coef, clip_vloss)
+    int_value_loss = value_loss(values[1], *old["int"], mask, count, clip_coef, clip_vloss=False)  # as CleanRL: never clipped
     entropy_loss = masked_mean(entropy, mask, count)
     rnd_loss = masked_mean(rnd_error, minibatch["rnd_mask"] * mask, statistics["rnd_count"])
     loss = policy_loss - ent_coef * entropy_loss + vf_coef * (ext_value_loss + int_value_loss) + rnd_loss

@@ -67,6 +67,15 @@ def test_gaussian_kl_matches_torch_and_the_closed_form():
     assert one.item() == pytest.approx(math.log(2) + 0.625 - 0.5)
 
 
+def test_agent_is_cleanrl_isaac_gym_network():
+    # CleanRL's ppo_continuous_action_isaacgym.py for Isaac Gym's Ant (60 observations, 8 actions), layer by layer: actor
+    # and critic each 60 -> 256 -> 256 (tanh), then the mean head 256 -> 8, the value head 256 -> 1 and the 8 log-stds
+    encoder = (60 * 256 + 256) + (256 * 256 + 256)
+    agent = Agent(obs_dim=60, action_dim=8, separate_networks=True)
+    assert sum(p.numel() for p in agent.parameters()) == 2 * encoder + (256 * 8 + 8) + 257 + 8 == 165_137
+    assert [type(layer) for layer in agent.actor_encoder] == [torch.nn.Linear, torch.nn.Tanh] * 2
+
+
 def tiny_agent(seed=0):
     torch.manual_seed(seed)
     return Agent(obs_dim=5, action_dim=2, separate_networks=True)

@@ -59,6 +59,10 @@ def test_impala_blocks_keep_or_halve_the_shape():
     assert len(activations) == 14
     assert [tuple(a.shape[1:]) for a in activations[::4]] == [(16, 32, 32), (32, 16, 16), (32, 8, 8), (32, 8, 8)]
     assert activations[-1] is features and all((a >= 0).all() for a in activations)
+    # the dense layer keeps PyTorch's default init, as CleanRL's: uniform within 1 / sqrt(fan_in) = 0.022 (orthogonal with
+    # gain sqrt(2) gives entries of std sqrt(2 / 2048) = 0.031, and a bias of 0)
+    dense, bound = encoder[-2], 1 / (32 * 8 * 8) ** 0.5
+    assert dense.weight.abs().max() <= bound and 0 < dense.bias.abs().max() <= bound
 
 
 def test_residual_block_is_identity_plus_two_convolutions():

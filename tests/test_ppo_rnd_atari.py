@@ -264,6 +264,31 @@ def test_loss_sums_value_losses_and_adds_the_masked_predictor_loss():
     assert loss.item() == pytest.approx(0.5 * 1.25 + 2.0)
 
 
+def test_clip_vloss_clips_the_extrinsic_value_loss_only_as_cleanrl():
+    # old value 0, new value 1, return 2, clip 0.2: unclipped 0.5 * (1 - 2)^2 = 0.5; clipped 0.5 * (0.2 - 2)^2 = 1.62
+    one = dict(new_ext_value=torch.ones(1), new_int_value=torch.ones(1), ext_returns=torch.full((1,), 2.0))
+    args = blank_loss_args(1, **one, int_returns=torch.full((1,), 2.0), clip_vloss=True)
+    _, stats = call_ppo_rnd_loss(**args)
+    assert stats["ext_value_loss"].item() == pytest.approx(1.62)
+    assert stats["int_value_loss"].item() == pytest.approx(0.5)
+
+
+def test_agent_is_cleanrl_ppo_rnd_network():
+    agent = ppo_rnd_atari.Agent(18, separate_networks=False)
+    # CleanRL's ppo_rnd_envpool.py Agent for 18 actions, layer by layer (weights + biases): the Nature-CNN convolutions,
+    # dense 3136 -> 256 -> 448, the extra layer 448 -> 448, the actor 448 -> 448 -> 18 and two value heads 448 -> 1
+    convolutions = (4 * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64)
+    dense = (3136 * 256 + 256) + (256 * 448 + 448) + (448 * 448 + 448) + (448 * 448 + 448) + (448 * 18 + 18) + 2 * 449
+    assert sum(parameter.numel() for parameter in agent.parameters()) == convolutions + dense == 1_407_476
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    hidden = agent.actor_encoder(obs.float() / 255.0)
+    _, _, _, ext_value, int_value, logits = agent.get_action_and_value(obs.clone())
+    features = hidden + agent.critic_extra_layer(hidden)  # the value heads read the features plus the extra layer's
+    torch.testing.assert_close(ext_value, agent.critic_ext(features).squeeze(-1))
+    torch.testing.assert_close(int_value, agent.critic_int(features).squeeze(-1))
+    torch.testing.assert_close(logits, agent.actor(hidden))
+
+
 def test_rnd_error_is_the_mean_squared_feature_error_and_only_the_predictor_learns_it():
     torch.manual_seed(0)
     rnd = RNDModel()
@@ -335,8 +360,9 @@ def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
     assert args["batch_size"] == 32 and args["minibatch_size"] == 16 and args["num_iterations"] == 8
     assert args["repeat_action_probability"] == 0.25 and args["int_gamma"] == 0.99
 
+    rows = dict(embedding_rows=40, feature_dim=448)  # CleanRL's RND encoder has 448 features
     checkpoint = check_run_artifacts(
-        run_dir, "ppo_rnd_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
+        run_dir, "ppo_rnd_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], **rows
     )
     assert checkpoint["warmup_steps"] == 16
     obs_stats = checkpoint["obs_rms"]
