@@ -30,6 +30,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -167,7 +168,7 @@ def final_score(run: dict, final_fraction: float) -> float:
         data_note(run["dir"], f"no episode ended in the last {final_fraction:.0%} of the steps: its last 10 episodes score")
         window = returns[-10:]
     elif len(window) == 0:
-        data_note(run["dir"], "no episode ended: its final score is missing (nan)")
+        data_note(run["dir"], "no episode ended: no final score (left out of the IQM and the mean)")
     return float(normalise(run["env_id"], window)[0].mean()) if len(window) else float("nan")
 
 
@@ -203,20 +204,29 @@ def group_runs(runs: list[dict]) -> dict[str, dict[str, list[dict]]]:
     return groups
 
 
-def score_matrices(groups: dict, games: list[str], final_fraction: float) -> dict[str, np.ndarray]:
-    """rliable's input: {configuration: (runs, games) final scores}; seeds aligned per game by
-    rank, truncated to the smallest count; configurations missing a game are left out."""
-    matrices = {}
+def score_matrices(groups: dict, games: list[str], final_fraction: float) -> tuple[dict[str, np.ndarray], dict]:
+    """rliable's input: {configuration: (runs, games) final scores}, and {configuration: {game: [the runs in it]}};
+    seeds aligned per game by rank, truncated to the smallest count; configurations missing a game are left out. A run
+    without a final score (nan, which final_score notes) and the runs that the truncation drops (noted here) are left out."""
+    matrices, kept = {}, {}
     for config, by_game in groups.items():
         missing = [game for game in games if game not in by_game]
         if missing:
-            print(f"warning: {config} has no run on {', '.join(missing)}; left out of the aggregate")
+            data_note(config, f"no run on {', '.join(missing)}: left out of the aggregate")
             continue
-        num_runs = min(len(by_game[game]) for game in games)
-        matrices[config] = np.array(
-            [[final_score(by_game[game][i], final_fraction) for game in games] for i in range(num_runs)]
-        )
-    return matrices
+        scored = {game: [(run, final_score(run, final_fraction)) for run in by_game[game]] for game in games}
+        for game in games:  # final_score noted the runs without one
+            scored[game] = [(run, score) for run, score in scored[game] if not np.isnan(score)]
+        num_runs = min(len(scored[game]) for game in games)
+        if num_runs == 0:
+            data_note(config, "no final score on a game: left out of the aggregate")
+            continue
+        for game in games:
+            for run, _ in scored[game][num_runs:]:
+                data_note(run["dir"], f"left out of the IQM: {config} has {num_runs} scored run(s) on another game")
+        matrices[config] = np.array([[scored[game][i][1] for game in games] for i in range(num_runs)])
+        kept[config] = {game: [run for run, _ in scored[game][:num_runs]] for game in games}
+    return matrices, kept
 
 
 def iqm(scores: np.ndarray) -> float:
@@ -358,16 +368,28 @@ def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
     return tags
 
 
+def envs_series(config: str, num_steps: int) -> str:
+    """The line of a configuration in the N_envs plot: configurations whose names differ only in their N_envs and N_RO
+    parts (envs<N>, steps<N>, as the sweeps name runs) and that share N_RO, e.g. ppo_envs8_epochs4 and
+    ppo_envs16_epochs4; a configuration that differs in anything else (epochs, networks, LR, algorithm) has its own."""
+    rest = re.sub(r"(^|_)(envs|steps)\d+(?=_|$)", "", config).strip("_")
+    return f"{rest}, N_RO = {num_steps}" if rest else f"N_RO = {num_steps}"
+
+
 def plot_score_vs_envs(summary, label, out, pdf) -> None:
-    """Final IQM against N_envs, one line per rollout length N_RO (the rebuttal's figure)."""
+    """Final IQM against N_envs, one line per configuration and rollout length N_RO (the rebuttal's figure)."""
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
-    for num_steps in sorted({row["num_steps"] for row in summary if not row["schedule"]}):
-        rows = sorted((r for r in summary if r["num_steps"] == num_steps and not r["schedule"]), key=lambda r: r["num_envs"])
+    series: dict[str, list[dict]] = {}
+    for row in summary:
+        if not row["schedule"]:
+            series.setdefault(envs_series(row["config"], row["num_steps"]), []).append(row)
+    for name in sorted(series, key=lambda name: (min(row["num_steps"] for row in series[name]), name)):
+        rows = sorted(series[name], key=lambda r: r["num_envs"])
         x = [row["num_envs"] for row in rows]
         y = np.array([row["iqm"] for row in rows])
         error = np.array([[row["iqm"] - row["ci"][0] for row in rows], [row["ci"][1] - row["iqm"] for row in rows]])
-        axis.errorbar(x, y, yerr=error, marker="o", capsize=3, label=f"N_RO = {num_steps}")
+        axis.errorbar(x, y, yerr=error, marker="o", capsize=3, label=name)
     axis.set_xscale("log", base=2)
     axis.set_xlabel("N_envs (parallel environments)")
     axis.set_ylabel(f"IQM final {label}")
@@ -424,7 +446,7 @@ def report(
     colors = config_colors(configs)
     grid = np.linspace(0, max(run["total_steps"] for run in runs), points + 1)[1:]
 
-    matrices = score_matrices(groups, games, final_fraction)
+    matrices, kept = score_matrices(groups, games, final_fraction)
     estimates, intervals = interval_estimates(matrices, lambda scores: np.array([iqm(scores)]), reps)
     summary = []
     for config, matrix in matrices.items():
@@ -454,7 +476,7 @@ def report(
 
     plot_game_curves(groups, games, grid, colors, label, os.path.join(out_dir, "learning_curves.png"), pdf)
     curve_matrices = {
-        config: np.array([[score_curve(groups[config][game][i], grid) for game in games] for i in range(len(matrix))])
+        config: np.array([[score_curve(kept[config][game][i], grid) for game in games] for i in range(len(matrix))])
         for config, matrix in matrices.items()
     }
     if curve_matrices:

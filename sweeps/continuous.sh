@@ -26,6 +26,13 @@ fi
 base_envs=${BASE%x*} base_steps=${BASE#*x}
 
 for game in $GAMES; do
+    # the name ppo_isaacgym.py gives the task (and its run directories, which launch.sh looks for to skip or resume a
+    # run): Ant-v5 and Humanoid-v5 on EnvPool, Ant and Humanoid on Isaac Gym and MuJoCo Warp
+    case $BACKEND:$game in
+    envpool:Ant | envpool:Humanoid) game=$game-v5 ;;
+    envpool:* | auto:*) ;;
+    *:Ant-v5 | *:Humanoid-v5) game=${game%-v5} ;;
+    esac
     for seed in $SEEDS; do
         for k in $MULTIPLIERS; do
             shapes="$((base_envs * k))x$base_steps"

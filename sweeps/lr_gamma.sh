@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Learning rate and discount (paper Fig. 11, 12): should the LR follow the batch when
-# N_envs grows (x k, x sqrt(k) or x 1/k with k = N_envs / 8), and does a longer horizon
-# (gamma) change the picture? PPO, N_RO = 128.
+# N_envs grows (x k, x sqrt(k) or x 1/k with k = N_envs / 8; N_RO = 128), and are the gains
+# of a longer rollout (N_RO x 2: GAMMA_SHAPES="8x128 8x256") the same for every discount gamma?
 #
 #   bash sweeps/lr_gamma.sh                                 # small CPU version
 #   SCALE=paper LAUNCHER=print bash sweeps/lr_gamma.sh      # the paper's commands
 #   .venv/bin/python sweeps/aggregate.py report runs/lr_gamma
 #
 # CPU default: GAMES=Breakout SEEDS="1 2" TOTAL_TIMESTEPS=16384 NUM_ENVS="8 32"
-#   LR_SCALINGS="none sqrt linear inverse" GAMMAS="0.99 0.999".
+#   LR_SCALINGS="none sqrt linear inverse" GAMMAS="0.99 0.999" GAMMA_SHAPES="8x128 8x256".
 # Paper (SCALE=paper): the Atari-10, SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=100000000,
-#   NUM_ENVS="8 16 32 64 128", the same LR scalings, GAMMAS="0.95 0.99 0.995 0.999".
+#   NUM_ENVS="8 16 32 64 128", the same LR scalings, GAMMAS="0.95 0.99 0.995 0.999", the same GAMMA_SHAPES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source sweeps/games.sh
@@ -20,7 +20,7 @@ if [[ ${SCALE:-cpu} == paper ]]; then
     : "${GAMMAS:=0.95 0.99 0.995 0.999}"
 fi
 : "${GAMES:=Breakout}" "${SEEDS:=1 2}" "${TOTAL_TIMESTEPS:=16384}" "${NUM_ENVS:=8 32}"
-: "${LR_SCALINGS:=none sqrt linear inverse}" "${GAMMAS:=0.99 0.999}"
+: "${LR_SCALINGS:=none sqrt linear inverse}" "${GAMMAS:=0.99 0.999}" "${GAMMA_SHAPES:=8x128 8x256}"
 : "${RUNS_DIR:=runs/lr_gamma}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"
 
 for game in $GAMES; do
@@ -31,10 +31,13 @@ for game in $GAMES; do
                     "--lr-scaling $scaling --lr-reference-envs 8 --total-timesteps $TOTAL_TIMESTEPS" \
                     "--exp-name ppo_lr-${scaling}_envs${envs} --runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
             done
-            for gamma in $GAMMAS; do # gamma at the default LR
-                echo "$PYTHON ppo_atari_envpool.py --env-id $game-v5 --seed $seed --num-envs $envs --num-steps 128" \
-                    "--gamma $gamma --total-timesteps $TOTAL_TIMESTEPS" \
-                    "--exp-name ppo_gamma${gamma}_envs${envs} --runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
+        done
+        for shape in $GAMMA_SHAPES; do # gamma at the default LR (Fig. 12: the gain of N_RO x 2 for each gamma)
+            envs=${shape%x*} steps=${shape#*x}
+            for gamma in $GAMMAS; do
+                echo "$PYTHON ppo_atari_envpool.py --env-id $game-v5 --seed $seed --num-envs $envs --num-steps $steps" \
+                    "--gamma $gamma --total-timesteps $TOTAL_TIMESTEPS --exp-name ppo_gamma${gamma}_envs${envs}_steps$steps" \
+                    "--runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
             done
         done
     done

@@ -378,3 +378,117 @@ def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_
         "| ppo_grow | 1 | 4 | 35.84 (2 games) | 25.60 | 8 / 8 / 32 | 0.11 / 0.12 / 0.136 | 1e+05 / 1e+05 / 1e+05 | 500 |"
         in (summary.stdout.splitlines())
     )
+
+
+def flag_values(command, *flags):
+    words = shlex.split(command)
+    return tuple(words[words.index(flag) + 1] for flag in flags)
+
+
+def test_epochs_sweep_grows_the_batch_by_more_envs_and_by_longer_rollouts(tmp_path):
+    """Paper Fig. 1c: epochs x 2 and x 4 "while simultaneously increasing N_envs and N_RO" (Sec. 4.2)."""
+    shapes = {("8", "128"), ("16", "128"), ("32", "128"), ("8", "256"), ("8", "512")}
+    commands = sweep_commands(os.path.join(ROOT, "sweeps", "epochs.sh"), tmp_path, "paper")
+    grid = {flag_values(command, "--num-envs", "--num-steps", "--update-epochs") for command in commands}
+    assert grid == {(*shape, epochs) for shape in shapes for epochs in ("4", "8", "16")}
+    assert len({flag_values(command, "--exp-name") for command in commands}) == len(grid)
+
+
+def test_lr_gamma_sweep_doubles_the_rollout_for_every_gamma(tmp_path):
+    """Paper Fig. 12: "Performance gains from N_RO x 2 are unaffected by varying gamma"."""
+    commands = sweep_commands(os.path.join(ROOT, "sweeps", "lr_gamma.sh"), tmp_path, "paper")
+    gamma_runs = [command for command in commands if "--gamma " in command]
+    grid = {flag_values(command, "--gamma", "--num-envs", "--num-steps") for command in gamma_runs}
+    assert grid == {(gamma, "8", steps) for gamma in ("0.95", "0.99", "0.995", "0.999") for steps in ("128", "256")}
+    assert len({flag_values(command, "--exp-name") for command in gamma_runs}) == len(grid)
+
+
+@pytest.mark.parametrize("backend, games, run_name", [("mjwarp", "Ant-v5", "Ant"), ("envpool", "Ant", "Ant-v5")])
+def test_continuous_sweep_skips_its_finished_runs_on_every_backend(tmp_path, backend, games, run_name):
+    """ppo_isaacgym.py names the task Ant on MuJoCo Warp and Isaac Gym, Ant-v5 on EnvPool, in its run directories:
+    the sweep's --env-id must be that name for launch.sh to find a finished run."""
+    make_run(tmp_path / "runs", f"{run_name}__ppo_envs64_steps16__1__100", ["args.json", "done.json"])
+    env = {
+        **os.environ,
+        **dict(BACKEND=backend, GAMES=games, SEEDS="1", BASE="64x16", MULTIPLIERS="1", PYTHON="true"),
+        **dict(RUNS_DIR=str(tmp_path / "runs"), LOG_DIR=str(tmp_path / "logs")),
+    }
+    result = subprocess.run(["bash", os.path.join(ROOT, "sweeps", "continuous.sh")], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"--env-id {run_name} " in result.stdout and "launched 0 (0 resumed from a checkpoint), skipped 1" in result.stdout
+
+
+def fake_run(env_id, config, seed, returns, num_envs=8, num_steps=128):
+    """A loaded run (as load_runs returns it) whose episodes end in the last tenth of its 1000 steps."""
+    return {
+        "dir": f"/runs/{env_id}__{config}__{seed}__100",
+        "args": {"num_envs": num_envs, "num_steps": num_steps},
+        "env_id": env_id,
+        "config": config,
+        "seed": seed,
+        "total_steps": 1000,
+        "scalars": {"charts/episodic_return": (np.full(len(returns), 950), np.array(returns, dtype=float))},
+    }
+
+
+def test_score_matrices_leave_out_unscored_runs_and_extra_seeds_with_a_note(monkeypatch):
+    """A run without an episode (no final score) must not turn its configuration's IQM into nan, and the seeds that
+    the (runs, games) matrix cannot hold are left out with a note, like every other datum the report drops."""
+    from sweeps import aggregate
+
+    monkeypatch.setattr(aggregate, "DATA_NOTES", [])
+    by_game = {
+        "Breakout-v5": [fake_run("Breakout-v5", "a", seed, [] if seed == 2 else [10.0 * seed]) for seed in (1, 2, 3, 4)],
+        "Pong-v5": [fake_run("Pong-v5", "a", seed, [seed - 20.0]) for seed in (1, 2, 3, 4)],
+    }
+    matrices, kept = aggregate.score_matrices({"a": by_game}, ["Breakout-v5", "Pong-v5"], 0.1)
+    breakout = metrics.human_normalized_score("Breakout-v5", np.array([10.0, 30.0, 40.0]))
+    pong = metrics.human_normalized_score("Pong-v5", np.array([-19.0, -18.0, -17.0]))
+    np.testing.assert_allclose(matrices["a"], np.stack([breakout, pong], axis=1))
+    assert [run["seed"] for run in kept["a"]["Breakout-v5"]] == [1, 3, 4] and len(kept["a"]["Pong-v5"]) == 3
+    assert any(note.startswith("Breakout-v5__a__2__100: no episode ended: no final score") for note in aggregate.DATA_NOTES)
+    assert any(note.startswith("Pong-v5__a__4__100: left out of the IQM") for note in aggregate.DATA_NOTES)
+
+
+def test_score_vs_num_envs_draws_one_line_per_configuration(monkeypatch):
+    """The epochs sweep (Fig. 1c): every configuration has N_RO = 128; a line must join the N_envs of one epoch count,
+    not every run with the same N_RO."""
+    from sweeps import aggregate
+
+    figures = []
+    monkeypatch.setattr(aggregate, "save", lambda figure, path, pdf: figures.append(figure))
+    summary = [
+        {"config": f"ppo_envs{envs}_steps128_epochs{epochs}", "num_envs": envs, "num_steps": 128, "schedule": None}
+        | {"iqm": envs * epochs, "ci": (0.0, 1e3)}
+        for epochs in (4, 8)
+        for envs in (8, 16, 32)
+    ]
+    summary.append({"config": "ppo_envs8_steps256_epochs4", "num_envs": 8, "num_steps": 256, "schedule": None, "iqm": 1})
+    summary[-1]["ci"] = (0.0, 2.0)
+    aggregate.plot_score_vs_envs(summary, "score", "unused.png", False)
+    lines = {
+        container.get_label(): (list(container.lines[0].get_xdata()), list(container.lines[0].get_ydata()))
+        for container in figures[0].axes[0].containers
+    }
+    assert lines == {
+        "ppo_epochs4, N_RO = 128": ([8, 16, 32], [32, 64, 128]),
+        "ppo_epochs8, N_RO = 128": ([8, 16, 32], [64, 128, 256]),
+        "ppo_epochs4, N_RO = 256": ([8], [1]),
+    }
+
+
+def test_a_configuration_left_out_of_the_aggregate_is_a_data_note(monkeypatch):
+    """--strict promises exit 1 whenever the report leaves data out: a configuration without a run on one of the games
+    is not in the IQM table, so it is listed with the other notes."""
+    from sweeps import aggregate
+
+    monkeypatch.setattr(aggregate, "DATA_NOTES", [])
+    groups = {
+        "a": {"Breakout-v5": [fake_run("Breakout-v5", "a", 1, [10.0])], "Pong-v5": [fake_run("Pong-v5", "a", 1, [-5.0])]},
+        "b": {"Breakout-v5": [fake_run("Breakout-v5", "b", 1, [10.0])]},
+        "c": {"Breakout-v5": [fake_run("Breakout-v5", "c", 1, [])], "Pong-v5": [fake_run("Pong-v5", "c", 1, [-5.0])]},
+    }
+    matrices, _ = aggregate.score_matrices(groups, ["Breakout-v5", "Pong-v5"], 0.1)
+    assert sorted(matrices) == ["a"]
+    assert "b: no run on Pong-v5: left out of the aggregate" in aggregate.DATA_NOTES
+    assert "c: no final score on a game: left out of the aggregate" in aggregate.DATA_NOTES
