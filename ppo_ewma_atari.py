@@ -90,7 +90,7 @@ class Args:
     ewma_com: float = 8.0
     """centre of mass of the proximal-policy EWMA in optimizer steps; beta = com / (com + 1)"""
     importance_weight_cap: float = 100.0
-    """cap on the importance weight pi_prox / pi_behavior (Hilton et al. 2022)"""
+    """cap on the importance weight pi_prox / pi_behavior (SPEC; Hilton et al. 2022 cap pi_theta / pi_behavior at 100)"""
     clip_vloss: bool = True
     """clip the value loss around the old values"""
     ent_coef: float = 0.01
