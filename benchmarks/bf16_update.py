@@ -55,7 +55,7 @@ def networks(bf16: bool, device: torch.device, scale: float):
         ("ppo_atari_envpool.Agent (Nature CNN)", ppo_atari_envpool.Agent(4, False, bf16=bf16), atari, ppo_outputs),
         ("pqn_atari.QNetwork (Nature CNN + LayerNorm)", pqn_atari.QNetwork(4, bf16=bf16), atari, lambda q, obs: [q(obs)]),
         ("ppo_procgen.Agent (IMPALA CNN)", ppo_procgen.Agent(15, False, bf16=bf16), procgen, ppo_outputs),
-        ("ppo_isaacgym.Agent (MLP 3 x 256)", ppo_isaacgym.Agent(27, 8, False, bf16=bf16), ant, ppo_outputs),
+        ("ppo_isaacgym.Agent (MLP 2 x 256)", ppo_isaacgym.Agent(27, 8, False, bf16=bf16), ant, ppo_outputs),
     ]
 
 
