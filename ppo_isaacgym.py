@@ -197,7 +197,7 @@ class Agent(nn.Module):
 
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Penultimate features (actor, critic) of normalised observations."""
-        # --bf16: the hidden layers compute in bfloat16 (an update 1.7-2x faster on a CPU with AVX-512 BF16, RESULTS.md);
+        # --bf16: the hidden layers compute in bfloat16 (an update 1.5-1.7x faster on a CPU with AVX-512 BF16, RESULTS.md);
         # their features come back as float32 for the heads and all after them
         with torch.autocast(obs.device.type, torch.bfloat16) if self.bf16 else contextlib.nullcontext():
             actor_features = self.actor_encoder(obs)
