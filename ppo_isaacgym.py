@@ -349,7 +349,7 @@ def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningM
     """Reward scaling of baselines' VecNormalize (returns only), as the reference PPOs: the discounted return
     R <- gamma R + r feeds a running variance, the reward is divided by its std and clipped to +-clip, and R
     restarts where an episode ended. Reset steps (valid = 0) stay out of the statistics. Returns (rewards, R)."""
-    discounted_return = discounted_return * gamma + rewards
+    discounted_return = discounted_return * gamma + rewards * valid  # Isaac Gym's reset step has a reward of its own
     return_rms.update(discounted_return, valid)
     scaled = (rewards / return_rms.std.float()).clamp(-clip, clip)
     return scaled, discounted_return * (1.0 - dones)

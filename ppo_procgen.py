@@ -280,7 +280,7 @@ def scale_rewards(rewards, valid, dones, discounted_return, return_rms: RunningM
     the discounted return R <- gamma R + r feeds a running variance (reset steps, valid = 0, left out), the reward
     is divided by its std and clipped to [-clip, clip], and R restarts where an episode ended.
     Returns (scaled rewards, the updated discounted return)."""
-    discounted_return = discounted_return * gamma + rewards
+    discounted_return = discounted_return * gamma + rewards * valid  # a reset step (reward 0 in EnvPool) starts no return
     return_rms.update(discounted_return, valid)
     scaled = (rewards / return_rms.std.float()).clamp(-clip, clip)
     return scaled, discounted_return * (1.0 - dones)

@@ -327,7 +327,9 @@ def reset_step_mask(previous_done: torch.Tensor) -> torch.Tensor:  # Copied from
 def reward_forward_filter(rewards, valid, running, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Discounted intrinsic return run forward over a (T, N) rollout from `running` (N,): R_t = gamma R_{t-1} + r_t;
     Burda et al. divide the intrinsic reward by its running std. Never restarted (non-episodic); reset steps
-    (valid = 0) leave it unchanged. Returns every R_t and the final state, which carries over to the next rollout."""
+    (valid = 0) leave it unchanged. Returns every R_t and the final state, which carries over to the next rollout.
+    Over time, as Burda et al. define it: CleanRL's ppo_rnd_envpool.py runs its filter over the transposed (num_envs,
+    num_steps) rewards, i.e. across the envs, which gives a smaller std for time-correlated intrinsic rewards."""
     filtered = torch.zeros_like(rewards)
     for t in range(rewards.shape[0]):
         running = torch.where(valid[t].bool(), gamma * running + rewards[t], running)

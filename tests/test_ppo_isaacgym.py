@@ -149,7 +149,8 @@ def test_reward_scaling_leaves_reset_steps_out_and_restarts_the_return():
     variance = (n + 9 * n / (1 + n)) / (1 + n)
     assert rms.var.item() == pytest.approx(variance)
     assert scaled.tolist() == pytest.approx([1 / math.sqrt(variance), 2 / math.sqrt(variance)], rel=1e-4)
-    assert discounted.tolist() == [0.0, 2.0]  # env 0's episode ended: its return restarts
+    # env 0's episode ended: its return restarts; env 1's reset-step reward (Isaac Gym's is not 0) does not start one
+    assert discounted.tolist() == [0.0, 0.0]
     clipped, _ = scale_rewards(torch.tensor([1.0, -2.0]), valid, torch.zeros(2), torch.zeros(2), RunningMeanStd(), 0.5, 5.0)
     assert clipped.tolist() == [5.0, -5.0]  # the std is about 0.014: 70 and -140 without the clip
 
