@@ -193,9 +193,9 @@ def rnd_policy_encoder() -> nn.Sequential:
 
 
 class Agent(nn.Module):
-    """CleanRL's PPO+RND network (ppo_rnd_envpool.py), which the paper's Fig. 16 uses: a two-layer actor on the encoder's
-    448 features, and an extrinsic and an intrinsic value head on them plus one more layer's output (not a copy: PPO's
-    Agent has one value head on the features)."""
+    """CleanRL's PPO+RND network (ppo_rnd_envpool.py), which the paper's Fig. 16 uses: the encoder's 448 features go
+    through one more layer to the actor's head, and, plus another layer's output, to an extrinsic and an intrinsic value
+    head (not a copy: PPO's Agent has one value head and no hidden layer after its encoder)."""
 
     def __init__(self, num_actions: int, separate_networks: bool, channels_last: bool = True, bf16: bool = False):
         super().__init__()
@@ -203,29 +203,30 @@ class Agent(nn.Module):
         self.bf16 = bf16
         self.actor_encoder = rnd_policy_encoder()
         self.critic_encoder = rnd_policy_encoder() if separate_networks else None
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(448, 448), std=0.01), nn.ReLU(), layer_init(nn.Linear(448, num_actions), std=0.01)
-        )
+        self.actor_hidden = nn.Sequential(layer_init(nn.Linear(448, 448), std=0.01), nn.ReLU())
         self.critic_extra_layer = nn.Sequential(layer_init(nn.Linear(448, 448), std=0.1), nn.ReLU())
+        self.actor = layer_init(nn.Linear(448, num_actions), std=0.01)
         self.critic_ext = layer_init(nn.Linear(448, 1), std=0.01)
         self.critic_int = layer_init(nn.Linear(448, 1), std=0.01)
 
     def features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The encoders' 448 features (actor, critic), which the heads read and feature_rank measures; uint8 pixels are
-        scaled here (in place), after the (4x smaller) layout change."""
+        """Penultimate features (actor, critic): what the heads read, with every hidden layer before them, so that
+        measure_agent's dormant neurons see them all; uint8 pixels are scaled here (in place), after the (4x smaller)
+        layout change."""
         # --bf16: the pixels go straight to bfloat16 (k / 255 rounds to the same number as through float32, one pass less
-        # over the batch) and the encoders compute in it; their features come back as float32 for the heads and after.
-        # The RND networks stay float32: their difference is the intrinsic reward, which bfloat16 would round to noise.
+        # over the batch) and the hidden layers compute in it; their features come back as float32 for the heads and
+        # after. The RND networks stay float32: their difference is the intrinsic reward, which bfloat16 would round.
         x = obs.contiguous(memory_format=self.memory_format).to(torch.bfloat16 if self.bf16 else torch.float32).div_(255.0)
         with torch.autocast(x.device.type, torch.bfloat16) if self.bf16 else contextlib.nullcontext():
-            actor_features = self.actor_encoder(x)
-            critic_features = actor_features if self.critic_encoder is None else self.critic_encoder(x)
+            actor_encoded = self.actor_encoder(x)
+            critic_encoded = actor_encoded if self.critic_encoder is None else self.critic_encoder(x)
+            actor_features = self.actor_hidden(actor_encoded)
+            critic_features = critic_encoded + self.critic_extra_layer(critic_encoded)
         return actor_features.float(), critic_features.float()
 
     def values(self, critic_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(extrinsic value, intrinsic value), each a head on the features plus the extra layer's output"""
-        features = critic_features + self.critic_extra_layer(critic_features)
-        return self.critic_ext(features).squeeze(-1), self.critic_int(features).squeeze(-1)
+        """(extrinsic value, intrinsic value)"""
+        return self.critic_ext(critic_features).squeeze(-1), self.critic_int(critic_features).squeeze(-1)
 
     def get_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.values(self.features(obs)[1])

@@ -20,6 +20,7 @@ from conftest import (
     usage_error,
 )
 
+import metrics
 import ppo_atari_envpool
 import ppo_rnd_atari
 from ppo_rnd_atari import (
@@ -286,7 +287,11 @@ def test_agent_is_cleanrl_ppo_rnd_network():
     features = hidden + agent.critic_extra_layer(hidden)  # the value heads read the features plus the extra layer's
     torch.testing.assert_close(ext_value, agent.critic_ext(features).squeeze(-1))
     torch.testing.assert_close(int_value, agent.critic_int(features).squeeze(-1))
-    torch.testing.assert_close(logits, agent.actor(hidden))
+    torch.testing.assert_close(logits, agent.actor(agent.actor_hidden(hidden)))
+    # the dormant neurons count every hidden ReLU: the encoder's 5, the actor's hidden layer and the extra value layer
+    with metrics.hidden_activations(agent) as activations:
+        agent.features(obs.clone())
+    assert [a.shape[1:].numel() for a in activations] == [32 * 20 * 20, 64 * 9 * 9, 64 * 7 * 7, 256, 448, 448, 448]
 
 
 def test_rnd_error_is_the_mean_squared_feature_error_and_only_the_predictor_learns_it():
