@@ -121,7 +121,7 @@ class Args:
     metrics_interval: int = 10
     """compute the metrics/ tags every this many iterations and on the last (0: never)"""
     metrics_batch: int = 2048
-    """at most this many states of the rollout are used for the metrics"""
+    """at most this many states of the rollout are used for the metrics (under torchrun, an equal share of each process's)"""
     dormant_tau: float = 0.025
     """dormant-neuron threshold tau (Sokar et al. 2023)"""
     save_embeddings: bool = False
@@ -542,20 +542,22 @@ def main() -> None:
         charts = {"learning_rate": optimizer.param_groups[0]["lr"], "num_envs": phase.num_envs, "clip_coef": clip_coef}
         charts |= {"num_steps": phase.num_steps, "batch_size": batch_size, "ewma_com": ewma_com}
         losses = {name: all_ranks_sum(torch.stack([s[name] for s in minibatch_stats]).mean()) for name in minibatch_stats[0]}
-        losses["explained_variance"] = metrics.explained_variance(batch["values"][valid], batch["returns"][valid])
+        values_and_returns = [all_ranks_cat(batch[name][valid]) for name in ("values", "returns")]  # of every process
+        losses["explained_variance"] = metrics.explained_variance(*values_and_returns)
         # The first minibatch meets the policy that collected the rollout: its KL is rounding noise (not its clip fraction,
         # which is against the EWMA policy)
         losses["first_minibatch_approx_kl"] = all_ranks_sum(minibatch_stats[0]["approx_kl"])
         measured = {}
-        if measure or args.target_ddr:
+        if measure or args.target_ddr:  # each process samples its share; under torchrun all measure the whole sample
             valid_index = torch.nonzero(valid).squeeze(1)
-            sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
+            sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch // WORLD_SIZE]]
         if measure:
-            sampled = [batch[name][sample] for name in ("obs", "actions", "logits")]
+            sampled = [all_ranks_cat(batch[name][sample]) for name in ("obs", "actions", "logits")]
             measured = measure_agent(agent, *sampled, batch_size, args.dormant_tau, proximal)
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
-            if args.save_embeddings and RANK == 0:
-                embeddings.append(embed(agent, batch["obs"][sample[: args.embeddings_per_iteration]], iteration, global_step))
+            if args.save_embeddings and RANK == 0:  # spread over every process's part of the sample
+                every = max(1, len(sampled[0]) // args.embeddings_per_iteration)
+                embeddings.append(embed(agent, sampled[0][::every][: args.embeddings_per_iteration], iteration, global_step))
         if args.target_ddr:  # the outer step follows the DDR of this update, the same in every process
             small = sample[: args.ddr_batch]  # used on the iterations without metrics
             kl = measured["kl_behavior"] if measure else behavior_kl(agent, batch["obs"][small], batch["logits"][small])
@@ -768,9 +770,15 @@ def all_ranks_list(items: list) -> list:  # Copied from ppo_atari_envpool.all_ra
     """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
     if not dist.is_initialized():
         return items
-    gathered = [None] * WORLD_SIZE
+    gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, items)
     return [item for process_items in gathered for item in process_items]
+
+
+def all_ranks_cat(x: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.all_ranks_cat
+    """x of every process (their lengths may differ), concatenated in process order, under torchrun; x itself in a
+    single process."""
+    return torch.cat(all_ranks_list([x.cpu()])).to(x.device) if dist.is_initialized() else x
 
 
 def all_ranks_sum_gradients(parameters) -> None:  # Copied from ppo_atari_envpool.all_ranks_sum_gradients

@@ -620,7 +620,7 @@ def all_ranks_list(items: list) -> list:  # Copied from ppo_atari_envpool.all_ra
     """Every process's items, concatenated, under torchrun; the items themselves in a single process."""
     if not dist.is_initialized():
         return items
-    gathered = [None] * WORLD_SIZE
+    gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, items)
     return [item for process_items in gathered for item in process_items]
 

@@ -624,6 +624,23 @@ def reduction_worker(rank, init_file, leaves, data, out_path):
     torch.distributed.destroy_process_group()
 
 
+def concatenation_worker(rank, init_file, out_path):
+    """One of two processes with 3 and 1 rows: all_ranks_cat as the metrics gather their sample."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    rows = torch.arange(6.0).view(3, 2)[: (3, 1)[rank]] + 10 * rank
+    torch.save(ppo_atari_envpool.all_ranks_cat(rows), f"{out_path}.{rank}")
+    torch.distributed.destroy_process_group()
+
+
+def test_all_ranks_cat_gives_every_process_all_rows_in_process_order(tmp_path):
+    torch.multiprocessing.spawn(concatenation_worker, args=(tmp_path / "init", tmp_path / "out.pt"), nprocs=2)
+    expected = torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [10.0, 11.0]])
+    for rank in (0, 1):
+        assert torch.equal(torch.load(tmp_path / f"out.pt.{rank}", weights_only=True), expected)
+    single = torch.arange(4.0)
+    assert ppo_atari_envpool.all_ranks_cat(single) is single  # one process: no copy
+
+
 def test_two_processes_with_different_reset_steps_get_exactly_the_single_process_gradient(tmp_path):
     """Rows 0-3 on process 0 (3 real transitions), rows 4-6 on process 1 (2): per-process means would weight
     them wrongly; the global-count shares summed over processes give the single-process loss and gradient."""
@@ -669,6 +686,11 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
     assert [value for _, value in scalars["charts/num_envs"]] == [4] * 4 + [8] * 4
     assert len({value for _, value in scalars["charts/clip_coef"]}) > 1
+    # The metrics measure both processes' sample: the DDR that adapts the clip (from the KL averaged over processes) is
+    # the logged KL's, which was process 0's own alone before
+    kl_behavior, ddr = dict(scalars["metrics/kl_behavior"]), dict(scalars["metrics/ddr"])
+    assert sorted(kl_behavior) == [128, 256, 384, 512]
+    assert all(ddr[step] == pytest.approx(64 / kl, rel=1e-5) for step, kl in kl_behavior.items())
 
 
 def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint_and_resume_reaches_the_total(tmp_path):
