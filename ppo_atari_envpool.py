@@ -602,6 +602,8 @@ def plan_iterations(args: Args) -> Args:
         shares = f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"
         require(num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0, shares)
         args.phases.append((int(start * args.total_timesteps), num_envs, num_steps, minibatch_size))
+    no_state = f"--metrics-batch {args.metrics_batch} leaves some of the {WORLD_SIZE} processes no state to measure"
+    require(args.metrics_batch >= WORLD_SIZE, no_state)
     batch_size = phases[0][1] * phases[0][2]
     fits = args.total_timesteps >= batch_size
     require(fits, f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {batch_size})")

@@ -559,6 +559,8 @@ def validate_and_derive(args: Args) -> Args:
     require(fits, f"--total-timesteps {args.total_timesteps} is smaller than one batch {batch}")
     shares = f"and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"
     require(args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0, f"--num-envs {args.num_envs} {shares}")
+    no_state = f"--metrics-batch {args.metrics_batch} leaves some of the {WORLD_SIZE} processes no state to measure"
+    require(args.metrics_batch >= WORLD_SIZE, no_state)
     args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
     args.num_iterations = args.total_timesteps // args.batch_size
     args.scaled_learning_rate = learning_rate(args, args.num_envs, 0)

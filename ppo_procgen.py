@@ -582,6 +582,8 @@ def validate_and_derive(args: Args) -> Args:
     splits = args.num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0
     over = f"must split evenly over {WORLD_SIZE} processes"
     require(splits, f"--num-envs {args.num_envs} and the minibatch size {minibatch_size} {over}")
+    no_state = f"--metrics-batch {args.metrics_batch} leaves some of the {WORLD_SIZE} processes no state to measure"
+    require(args.metrics_batch >= WORLD_SIZE, no_state)
     try:  # EnvPool loads Procgen's C++ library, which needs Qt 5, only here
         envpool.make_spec(args.env_id)
     except ImportError as error:

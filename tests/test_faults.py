@@ -4,6 +4,7 @@ colliding run directories and a killed run in the training scripts."""
 import contextlib
 import errno
 import glob
+import importlib
 import json
 import os
 import re
@@ -296,3 +297,14 @@ def test_a_nan_observation_from_the_simulator_stops_the_continuous_run_before_a_
     ]
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert checkpoint["iteration"] == 2 and all(tensor.isfinite().all() for tensor in checkpoint["obs_rms"].values())
+
+
+@pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_ewma_atari", "ppo_procgen", "ppo_isaacgym"])
+def test_a_metrics_batch_smaller_than_the_torchrun_processes_exits_2_with_one_line(monkeypatch, capsys, script):
+    """Each process samples its share of --metrics-batch: a share of 0 states would end in a traceback in the metrics."""
+    module = importlib.import_module(script)
+    monkeypatch.setattr(module, "WORLD_SIZE", 2)
+    with pytest.raises(SystemExit) as stop:
+        module.validate_and_derive(module.Args(metrics_batch=1, cuda=False))
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == "error: --metrics-batch 1 leaves some of the 2 processes no state to measure\n"
