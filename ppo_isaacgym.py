@@ -213,7 +213,8 @@ class Agent(nn.Module):
         mean = self.actor_mean(actor_features)
         # No argument validation: it checks the values on the host, which waits for the GPU at every step.
         distribution = Normal(mean, self.actor_logstd.exp().expand_as(mean), validate_args=False)
-        action = distribution.sample() if action is None else action
+        # mean + std * N(0, 1), not distribution.sample(): its torch.normal(mean, std) fails in a CUDA graph's capture
+        action = mean + distribution.stddev * torch.randn_like(mean) if action is None else action
         value = self.critic(critic_features).squeeze(-1)
         return action, distribution.log_prob(action).sum(-1), distribution.entropy().sum(-1), value, mean
 

@@ -249,6 +249,22 @@ def test_compiled_acting_is_one_graph_without_a_synchronising_operation(module):
     assert operations and not [op for op in operations if re.search(r"\b(multinomial|nonzero|item|_local_scalar_dense)\b", op)]
 
 
+def test_compiled_continuous_acting_draws_no_torch_normal():
+    """--cudagraphs: Normal.sample's torch.normal(mean, std) stopped the CUDA graph's capture of ppo_isaacgym.py's acting
+    ("operation not permitted when stream is capturing", seen on an H200); the action is mean + std * randn_like."""
+    operations = []
+
+    def record(graph_module, _example_inputs):
+        operations.extend(str(node.target) for node in graph_module.graph.nodes if node.op in ("call_function", "call_method"))
+        return graph_module.forward
+
+    agent = ppo_isaacgym.Agent(obs_dim=5, action_dim=2, separate_networks=False)
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        torch.compile(agent.get_action_and_value, backend=record, fullgraph=True)(torch.zeros(8, 5))
+    assert any("randn_like" in op for op in operations) and not [op for op in operations if re.search(r"\bnormal\b", op)]
+
+
 def test_sample_actions_draws_from_the_softmax():
     """Gumbel-max sampling: frequencies of 40,000 draws match softmax(logits) within 4 standard errors."""
     logits = torch.log(torch.tensor([[0.1, 0.2, 0.7], [0.5, 0.5, 1e-9]]))
