@@ -25,6 +25,8 @@
 #   - a run directory with done.json (the scripts' completion marker) -> skipped;
 #   - one with checkpoint.pt (interrupted, pre-empted, crashed) -> resumed with --resume;
 #   - otherwise the command starts a new run.
+# With LAUNCHER=slurm a command whose job is still queued or running (in squeue, by its job name: sweep-<checksum
+# of the command>) is skipped too, so that a sweep re-run while its jobs wait submits none twice.
 # Failed commands are listed at the end with their log files; the exit status is 1 then.
 set -uo pipefail
 
@@ -116,7 +118,11 @@ fi
 mkdir -p "$LOG_DIR"
 failures="$LOG_DIR/failed.txt"
 : >"$failures"
-started=0 skipped=0 resumed=0
+started=0 skipped=0 resumed=0 queued=0 queued_jobs=""
+if [[ $LAUNCHER == slurm ]] && ! queued_jobs=$(squeue --noheader --user="$(id -un)" --format=%j 2>&1); then
+    echo "warning: squeue failed ($queued_jobs): commands whose jobs still wait may be submitted again" >&2
+    queued_jobs=""
+fi
 
 run_local() { # index, command
     local log="$LOG_DIR/$1.log"
@@ -133,6 +139,12 @@ run_local() { # index, command
 index=0
 for line in "${commands[@]}"; do
     index=$((index + 1))
+    job_name="sweep-$(printf '%s' "$line" | cksum | cut -d' ' -f1)"
+    if [[ $LAUNCHER == slurm ]] && grep -qxF "$job_name" <<<"$queued_jobs"; then
+        echo "[$index] skipped (queued or running as Slurm job $job_name): $line"
+        queued=$((queued + 1))
+        continue
+    fi
     command=$(resolve "$line")
     if [[ -z $command ]]; then
         echo "[$index] skipped (finished): $line"
@@ -146,7 +158,7 @@ for line in "${commands[@]}"; do
     started=$((started + 1))
     if [[ $LAUNCHER == slurm ]]; then
         # shellcheck disable=SC2086 - SBATCH_ARGS is a list of arguments
-        if job=$(sbatch --parsable $SBATCH_ARGS $( ((NPROC > 1)) && echo --ntasks-per-node=1) --job-name="sweep-$index" --output="$LOG_DIR/$index-%j.log" \
+        if job=$(sbatch --parsable $SBATCH_ARGS $( ((NPROC > 1)) && echo --ntasks-per-node=1) --job-name="$job_name" --output="$LOG_DIR/$index-%j.log" \
             --wrap="$command" 2>&1); then
             echo "[$index] submitted job $job: $command"
         else
@@ -161,7 +173,7 @@ for line in "${commands[@]}"; do
 done
 wait
 
-echo "launched $started ($resumed resumed from a checkpoint), skipped $skipped finished; logs in $LOG_DIR"
+echo "launched $started ($resumed resumed from a checkpoint), skipped $skipped finished$( ((queued)) && echo " and $queued queued or running"); logs in $LOG_DIR"
 if [[ -s $failures ]]; then
     echo "$(wc -l <"$failures") command(s) failed:"
     cat "$failures"

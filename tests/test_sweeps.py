@@ -96,13 +96,15 @@ def test_local_mode_skips_finished_runs_and_resumes_interrupted_ones(tmp_path):
     assert "--resume" not in logs[3] and "--resume" not in logs[4]
 
 
-def launch_with_fake_sbatch(commands, tmp_path, **env):
-    """launch() with LAUNCHER=slurm and an `sbatch` that records its arguments (one a line) in sbatch.log."""
+def launch_with_fake_sbatch(commands, tmp_path, squeue="", **env):
+    """launch() with LAUNCHER=slurm, an `sbatch` that records its arguments (one a line) in sbatch.log, and an `squeue`
+    whose shell code is `squeue` (default: none queued)."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_sbatch = bin_dir / "sbatch"
+    bin_dir.mkdir(exist_ok=True)
+    fake_sbatch, fake_squeue = bin_dir / "sbatch", bin_dir / "squeue"
     fake_sbatch.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> "$SBATCH_LOG"\necho 4242\n')
-    fake_sbatch.chmod(0o755)
+    fake_squeue.write_text(f"#!/bin/sh\n{squeue}\n")
+    fake_sbatch.chmod(0o755), fake_squeue.chmod(0o755)
     return launch(
         commands,
         tmp_path,
@@ -120,6 +122,25 @@ def test_slurm_mode_submits_each_command_with_sbatch(tmp_path):
     submitted = (tmp_path / "sbatch.log").read_text().splitlines()
     assert submitted.count("--gres=gpu:1") == 2 and submitted.count("--time=1:00:00") == 2
     assert "--wrap=echo one --seed 1" in submitted and "--wrap=echo two" in submitted
+
+
+def test_slurm_rerun_submits_no_command_whose_job_still_waits(tmp_path):
+    """A sweep re-run while its jobs are queued or running (no run directory, or one without done.json) skips them:
+    submitted again, a job would repeat a run, or write into the same run directory as the running one."""
+    still_queued = "sed -n 's/^--job-name=//p' \"$SBATCH_LOG\" 2>/dev/null"  # every job submitted so far still waits
+    commands = "echo one --seed 1\necho two --seed 1\n"
+    first = launch_with_fake_sbatch("echo one --seed 1\n", tmp_path, squeue=still_queued)
+    assert first.returncode == 0 and "submitted job 4242" in first.stdout, first.stdout + first.stderr
+    second = launch_with_fake_sbatch(commands, tmp_path, squeue=still_queued)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "[1] skipped (queued or running as Slurm job sweep-" in second.stdout and "[2] submitted job 4242" in second.stdout
+    assert "launched 1 (0 resumed from a checkpoint), skipped 0 finished and 1 queued or running" in second.stdout
+    submitted = (tmp_path / "sbatch.log").read_text().splitlines()
+    assert [arg for arg in submitted if arg.startswith("--wrap=")] == ["--wrap=echo one --seed 1", "--wrap=echo two --seed 1"]
+    # squeue failing (not on this node, controller down): a warning, and the commands are submitted
+    failed = launch_with_fake_sbatch(commands, tmp_path, squeue="echo 'slurm_load_jobs error' >&2; exit 1")
+    assert failed.returncode == 0 and failed.stdout.count("submitted job 4242") == 2, failed.stdout
+    assert "warning: squeue failed (slurm_load_jobs error)" in failed.stderr
 
 
 def test_nproc_runs_each_command_as_one_torchrun_run(tmp_path):
