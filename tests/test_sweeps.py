@@ -513,3 +513,39 @@ def test_a_configuration_left_out_of_the_aggregate_is_a_data_note(monkeypatch):
     assert sorted(matrices) == ["a"]
     assert "b: no run on Pong-v5: left out of the aggregate" in aggregate.DATA_NOTES
     assert "c: no final score on a game: left out of the aggregate" in aggregate.DATA_NOTES
+
+
+def test_one_run_per_configuration_game_and_seed(monkeypatch, tmp_path):
+    """With --unfinished, a crashed run and the new run that launch.sh started for the same seed are one seed, not two:
+    the finished run is kept, else the one that got furthest; the others are left out with a note."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from sweeps import aggregate
+
+    monkeypatch.setattr(aggregate, "DATA_NOTES", [])
+    for name, seed, last_step, finished in [
+        ("100", 1, 2048, False),
+        ("200", 1, 4096, True),
+        ("300", 1, 1024, False),
+        ("100", 2, 1024, False),
+        ("200", 2, 3072, False),
+    ]:
+        run_dir = tmp_path / f"Pong-v5__a__{seed}__{name}"
+        writer = SummaryWriter(str(run_dir))
+        for step in range(1024, last_step + 1, 1024):
+            writer.add_scalar("charts/SPS", 500, step)
+        writer.close()
+        args = {"env_id": "Pong-v5", "exp_name": "a", "seed": seed, "planned_steps": 4096}
+        (run_dir / "args.json").write_text(json.dumps(args))
+        if finished:
+            (run_dir / "done.json").write_text("{}")
+    runs = aggregate.load_runs(str(tmp_path), include_unfinished=True)
+    assert sorted(os.path.basename(run["dir"]) for run in runs) == ["Pong-v5__a__1__200", "Pong-v5__a__2__200"]
+    assert sorted(aggregate.DATA_NOTES) == [
+        "Pong-v5__a__1__100: left out: same configuration, game and seed as Pong-v5__a__1__200",
+        "Pong-v5__a__1__300: left out: same configuration, game and seed as Pong-v5__a__1__200",
+        "Pong-v5__a__2__100: left out: same configuration, game and seed as Pong-v5__a__2__200",
+    ]
+    assert [os.path.basename(run["dir"]) for run in aggregate.load_runs(str(tmp_path), include_unfinished=False)] == [
+        "Pong-v5__a__1__200"
+    ]
