@@ -404,11 +404,15 @@ def check_cuda_run(result, runs_dir):
 
 @needs_cuda
 @pytest.mark.parametrize("script", list(CUDA_RUNS))
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compile-cudagraphs"])
-def test_script_trains_checkpoints_and_resumes_on_cuda(script, compiled, tmp_path):
-    speed = ["--compile", "--cudagraphs"] if compiled else []  # flags of how to run: given again on --resume
-    flags = [*CUDA_RUNS[script], "--cuda", *speed]
+@pytest.mark.parametrize(
+    "speed",
+    [[], ["--compile", "--cudagraphs"], ["--compile", "--cudagraphs", "--bf16"]],
+    ids=["eager", "compile-cudagraphs", "compile-cudagraphs-bf16"],  # how to run
+)
+def test_script_trains_checkpoints_and_resumes_on_cuda(script, speed, tmp_path):
+    flags = [*CUDA_RUNS[script], "--cuda", "--save-embeddings", *speed]  # the speed flags are given again on --resume
     run_dir = check_cuda_run(run_script(script, *flags, "--runs-dir", str(tmp_path), cuda=True), tmp_path)
+    assert len(np.load(os.path.join(run_dir, "embeddings.npz"))["features"]) > 0
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 256
     # The finished run's budget doubled in its checkpoint: --resume loads the state onto the GPU and trains 4 more
