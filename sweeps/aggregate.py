@@ -8,10 +8,10 @@ Subcommands:
   report    the finished runs under a sweep directory (those with done.json; --unfinished
             adds the rest; one run per configuration, game and seed), grouped by configuration
             (the run's --exp-name, which the sweep scripts set) and game (--env-id). Writes
-            per-game learning curves (mean and 95 % CI over seeds), the IQM of final scores with 95 % stratified bootstrap CIs
-            (Agarwal et al. 2021, `rliable`), IQM curves over training, metric curves (every
-            metrics/ tag), final IQM against N_envs, final score against the data-to-divergence
-            ratio (DDR), and report.md with the numbers.
+            per-game learning curves (mean and 95 % CI over seeds), the IQM of final scores
+            with 95 % stratified bootstrap CIs (Agarwal et al. 2021, `rliable`), IQM curves
+            over training, metric curves (every metrics/ tag), final IQM against N_envs, final
+            score against the data-to-divergence ratio (DDR), and report.md with the numbers.
   coverage  state-space coverage (paper Fig. 2, 9; Appendix B.7): the embeddings.npz of
             runs made with --save-embeddings, projected to 2-D with UMAP (one projection per
             game, fitted on all its runs), rescaled to [0, 1]^2; Cvg = occupied cells of a
@@ -142,16 +142,18 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
         print(f"note: {unfinished} run(s) without done.json left out (still running or interrupted; --unfinished adds them)")
     # One run per configuration, game and seed: a crashed run that launch.sh started again, or a run repeated by hand, is
     # not another seed. Kept: a finished one, else the one that got furthest, else the newest (the time in its name).
-    chosen = {}
+    best: dict[tuple, tuple] = {}  # (configuration, game, seed) -> (rank, run)
     for run in runs:
         last_step = max((steps[-1] for steps, _ in run["scalars"].values() if len(steps)), default=0)
         rank = (os.path.exists(os.path.join(run["dir"], "done.json")), last_step, run["dir"])
         key = (run["config"], run["env_id"], run["seed"])
-        chosen[key] = max(chosen.get(key, (rank, run)), (rank, run), key=lambda ranked: ranked[0])
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, run)
     for run in runs:
-        if (kept := chosen[(run["config"], run["env_id"], run["seed"])][1]) is not run:
+        kept = best[(run["config"], run["env_id"], run["seed"])][1]
+        if kept is not run:
             data_note(run["dir"], f"left out: same configuration, game and seed as {os.path.basename(kept['dir'])}")
-    return [run for run in runs if chosen[(run["config"], run["env_id"], run["seed"])][1] is run]
+    return [run for _, run in best.values()]
 
 
 def score_label(env_ids: list[str]) -> str:

@@ -173,7 +173,8 @@ for line in "${commands[@]}"; do
 done
 wait
 
-echo "launched $started ($resumed resumed from a checkpoint), skipped $skipped finished$( ((queued)) && echo " and $queued queued or running"); logs in $LOG_DIR"
+waiting=$( ((queued)) && echo " and $queued queued or running")
+echo "launched $started ($resumed resumed from a checkpoint), skipped $skipped finished$waiting; logs in $LOG_DIR"
 if [[ -s $failures ]]; then
     echo "$(wc -l <"$failures") command(s) failed:"
     cat "$failures"
