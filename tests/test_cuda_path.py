@@ -8,6 +8,7 @@ machine), the scripts also run end to end on CUDA, compiled with CUDA graphs, an
 """
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -424,6 +425,16 @@ def test_script_trains_checkpoints_and_resumes_on_cuda(script, speed, tmp_path):
     assert resumed.returncode == 0 and "resumed at iteration 5" in resumed.stdout, resumed.stderr
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 512
     assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 9)]
+
+
+@needs_cuda
+@pytest.mark.skipif(importlib.util.find_spec("mujoco_warp") is None, reason="needs MuJoCo Warp (mujoco-warp, warp-lang)")
+@pytest.mark.parametrize("speed", [[], ["--compile", "--cudagraphs"]], ids=["eager", "compile-cudagraphs"])
+def test_mujoco_warp_backend_trains_on_cuda(speed, tmp_path):
+    """ppo_isaacgym.py's GPU simulator: Warp's step as a CUDA graph on its own stream, torch's acting and update."""
+    flags = [*TINY, "--backend", "mjwarp", "--env-id", "Ant", "--cuda", *speed, "--runs-dir", str(tmp_path)]
+    run_dir = check_cuda_run(run_script("ppo_isaacgym.py", *flags, cuda=True), tmp_path)
+    assert json.load(open(os.path.join(run_dir, "args.json")))["backend"] == "mjwarp"
 
 
 @needs_two_gpus
