@@ -35,11 +35,13 @@ for game in $GAMES; do
                         "--exp-name ewma_com${com}_clip${clip}_envs${envs} $EXTRA_FLAGS"
                 done
             done
-            # the minibatch of 256 = (8 x 128) / 4 is PPO's default at 8 envs
-            echo "$PYTHON ppo_atari_envpool.py $common --minibatch-size 256" \
-                "--exp-name ppo_more-minibatches_envs${envs} $EXTRA_FLAGS"
             echo "$PYTHON ppo_atari_envpool.py $common --num-minibatches 4" \
                 "--exp-name ppo_bigger-minibatches_envs${envs} $EXTRA_FLAGS"
+            # At 8 envs all three are PPO's defaults (4 minibatches of 256 = (8 x 128) / 4, the LR unscaled): the run above
+            # stands for the three lines there, each training once
+            [[ $envs == 8 ]] && continue
+            echo "$PYTHON ppo_atari_envpool.py $common --minibatch-size 256" \
+                "--exp-name ppo_more-minibatches_envs${envs} $EXTRA_FLAGS"
             echo "$PYTHON ppo_atari_envpool.py $common --num-minibatches 4 --lr-scaling sqrt --lr-reference-envs 8" \
                 "--exp-name ppo_bigger-minibatches-sqrt-lr_envs${envs} $EXTRA_FLAGS"
         done

@@ -23,10 +23,14 @@ fi
 : "${LR_SCALINGS:=none sqrt linear inverse}" "${GAMMAS:=0.99 0.999}" "${GAMMA_SHAPES:=8x128 8x256}"
 : "${RUNS_DIR:=runs/lr_gamma}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"
 
+# Each training once: at N_envs 8 (k = 1) every scaling is the unscaled LR, so the baseline ppo_lr-none_envs8 stands for
+# all four lines there, and for gamma 0.99 at 8 x 128 in the gamma comparison (when LR_SCALINGS and NUM_ENVS hold it).
+baseline_in_sweep=$([[ " $LR_SCALINGS " == *" none "* && " $NUM_ENVS " == *" 8 "* ]] && echo yes || true)
 for game in $GAMES; do
     for seed in $SEEDS; do
         for envs in $NUM_ENVS; do
             for scaling in $LR_SCALINGS; do # LR scaling at the default gamma
+                [[ $envs == 8 && $scaling != none && $baseline_in_sweep ]] && continue
                 echo "$PYTHON ppo_atari_envpool.py --env-id $game-v5 --seed $seed --num-envs $envs --num-steps 128" \
                     "--lr-scaling $scaling --lr-reference-envs 8 --total-timesteps $TOTAL_TIMESTEPS" \
                     "--exp-name ppo_lr-${scaling}_envs${envs} --runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
@@ -35,6 +39,7 @@ for game in $GAMES; do
         for shape in $GAMMA_SHAPES; do # gamma at the default LR (Fig. 12: the gain of N_RO x 2 for each gamma)
             envs=${shape%x*} steps=${shape#*x}
             for gamma in $GAMMAS; do
+                [[ $shape == 8x128 && $gamma == 0.99 && $baseline_in_sweep ]] && continue
                 echo "$PYTHON ppo_atari_envpool.py --env-id $game-v5 --seed $seed --num-envs $envs --num-steps $steps" \
                     "--gamma $gamma --total-timesteps $TOTAL_TIMESTEPS --exp-name ppo_gamma${gamma}_envs${envs}_steps$steps" \
                     "--runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"

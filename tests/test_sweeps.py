@@ -406,6 +406,34 @@ def flag_values(command, *flags):
     return tuple(words[words.index(flag) + 1] for flag in flags)
 
 
+@pytest.mark.parametrize("sweep", SWEEPS, ids=os.path.basename)
+def test_no_sweep_trains_the_same_run_twice(sweep, tmp_path, monkeypatch):
+    """At paper scale a repeated run is days of GPU time: no two commands of a sweep train the same thing, compared by
+    the flags the script parses (defaults filled in; the run's name, directory and checkpoint interval aside, and the LR
+    scaling where N_envs is its reference, as every scaling then leaves the LR as it is). One game and seed suffice: a
+    sweep repeats the same grid for each."""
+    import dataclasses
+    import importlib
+
+    commands = sweep_commands(sweep, tmp_path, "paper")
+    first = shlex.split(commands[0])
+    game_and_seed = [f"--env-id {first[first.index('--env-id') + 1]} ", f"--seed {first[first.index('--seed') + 1]} "]
+    commands = [command for command in commands if all(part in command + " " for part in game_and_seed)]
+    trainings = []
+    for command in commands:
+        words = shlex.split(command)
+        script = os.path.basename(words[1])
+        monkeypatch.setattr(sys, "argv", [script, *words[2:]])
+        args = dataclasses.asdict(importlib.import_module(script.removesuffix(".py")).parse_args()[0])
+        for name in ("exp_name", "runs_dir", "checkpoint_interval", "minibatch_size", "num_minibatches"):
+            args.pop(name)  # the last two: the phases hold the minibatch size they give
+        if args.get("num_envs") == args.get("lr_reference_envs"):
+            args["lr_scaling"] = "none"
+        trainings.append((script, repr(sorted(args.items()))))
+    repeated = [command for command, training in zip(commands, trainings, strict=True) if trainings.count(training) > 1]
+    assert len(trainings) > 1 and not repeated, repeated[:4]
+
+
 def test_epochs_sweep_grows_the_batch_by_more_envs_and_by_longer_rollouts(tmp_path):
     """Paper Fig. 1c: epochs x 2 and x 4 "while simultaneously increasing N_envs and N_RO" (Sec. 4.2)."""
     shapes = {("8", "128"), ("16", "128"), ("32", "128"), ("8", "256"), ("8", "512")}
@@ -420,7 +448,11 @@ def test_lr_gamma_sweep_doubles_the_rollout_for_every_gamma(tmp_path):
     commands = sweep_commands(os.path.join(ROOT, "sweeps", "lr_gamma.sh"), tmp_path, "paper")
     gamma_runs = [command for command in commands if "--gamma " in command]
     grid = {flag_values(command, "--gamma", "--num-envs", "--num-steps") for command in gamma_runs}
-    assert grid == {(gamma, "8", steps) for gamma in ("0.95", "0.99", "0.995", "0.999") for steps in ("128", "256")}
+    expected = {(gamma, "8", steps) for gamma in ("0.95", "0.99", "0.995", "0.999") for steps in ("128", "256")}
+    # gamma 0.99 at 8 x 128 is the baseline of the LR runs, run once
+    assert grid == expected - {("0.99", "8", "128")}
+    baseline = [command for command in commands if "--exp-name ppo_lr-none_envs8 " in command]
+    assert baseline and flag_values(baseline[0], "--num-envs", "--num-steps") == ("8", "128") and "--gamma" not in baseline[0]
     assert len({flag_values(command, "--exp-name") for command in gamma_runs}) == len(grid)
 
 
