@@ -113,9 +113,13 @@ class WarpTasks:
         obs_dim = self.observation(torch.zeros(num_envs, dtype=torch.bool, device=device)).shape[1]
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (obs_dim,), dtype=np.float32)
         # On a GPU, Warp works on its own stream (a CUDA graph cannot be captured on the legacy default stream that torch
-        # uses), ordered after torch's work and before torch reads the results; the physics of a step is one CUDA graph.
+        # uses), ordered after torch's work and before torch reads the results. Its work is replayed as CUDA graphs, one
+        # for the physics of a step, one for the reset and one for the forward pass: called eagerly, the constraint
+        # solver's loop (wp.capture_while) would read its condition back to the host at every iteration.
         self.stream = wp.get_stream(self.warp_device) if self.warp_device.is_cuda else None
-        self.graph = None
+        self.graphs = {}
+        self.reset_mask = torch.zeros(num_envs, dtype=torch.bool, device=device)  # the reset graph reads it at its address
+        self.reset_mask_warp = wp.from_torch(self.reset_mask)
 
     # ---- Gymnasium's definitions, for every world at once ----
     def position(self) -> torch.Tensor:
@@ -167,7 +171,8 @@ class WarpTasks:
         """MuJoCo's reset of the `reset` worlds (zeroed data, qpos0), then Gymnasium's noise: qpos + U(-s, s); qvel +
         s * N(0, 1) for Ant, U(-s, s) for Humanoid. The forward pass computes what the first observation reads."""
         scale, (num_envs, nq), nv = self.task.reset_noise_scale, self.qpos.shape, self.qvel.shape[1]
-        self.on_warp(lambda: mjw.reset_data(self.model, self.data, reset=wp.from_torch(reset)))
+        self.reset_mask.copy_(reset)
+        self.on_warp("reset", lambda: mjw.reset_data(self.model, self.data, reset=self.reset_mask_warp))
         qpos_noise = torch.rand(num_envs, nq, generator=self.generator, device=self.device) * 2 * scale - scale
         if self.name == "Ant":
             qvel_noise = torch.randn(num_envs, nv, generator=self.generator, device=self.device) * scale
@@ -180,7 +185,8 @@ class WarpTasks:
     def set_state(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         """Put every world in the given state, as Gymnasium's set_state does (for tests); their observations."""
         everything = torch.ones_like(self.ended)
-        self.on_warp(lambda: mjw.reset_data(self.model, self.data))
+        self.reset_mask.fill_(True)
+        self.on_warp("reset", lambda: mjw.reset_data(self.model, self.data, reset=self.reset_mask_warp))
         self.qpos.copy_(qpos)
         self.qvel.copy_(qvel)
         self.forward(everything)
@@ -192,34 +198,28 @@ class WarpTasks:
         worlds restart. Every world's positions and velocities are recomputed from its state, so the position that
         the next step's velocity starts from is taken here for the reset worlds only (the others keep the one of
         their last step, as Gymnasium reads it)."""
-        self.on_warp(lambda: mjw.forward(self.model, self.data))
+        self.on_warp("forward", lambda: mjw.forward(self.model, self.data))
         self.position_before.copy_(torch.where(reset[:, None], self.position(), self.position_before))
         self.elapsed.mul_(~reset)
 
-    def on_warp(self, launch) -> None:
-        """Run Warp's work (`launch()`) after torch's and before torch reads its results."""
+    def on_warp(self, name: str, kernels) -> None:
+        """Run Warp's work (`kernels()`) after torch's and before torch reads its results; on a GPU as the CUDA graph
+        `name`, recorded at its first call (its arrays keep their addresses, so each replay reads their new values)."""
         if self.stream is None:  # on the CPU, Warp's kernels run as they are called
-            launch()
+            kernels()
             return
         torch_stream = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(wp.stream_from_torch(torch_stream))
-        with wp.ScopedStream(self.stream):
-            launch()
+        if name not in self.graphs:
+            with wp.ScopedCapture(device=self.warp_device, stream=self.stream) as capture:
+                kernels()
+            self.graphs[name] = capture.graph
+        wp.capture_launch(self.graphs[name], stream=self.stream)
         torch_stream.wait_stream(wp.stream_to_torch(self.stream))
 
     def physics(self) -> None:
         """frame_skip steps of every world, then the external forces on the bodies (Gymnasium calls
-        mj_rnePostConstraint after stepping: mj_step leaves cfrc_ext out). One CUDA graph on a GPU."""
-        if self.stream is not None and self.graph is None:
-            with wp.ScopedCapture(device=self.warp_device, stream=self.stream) as capture:
-                self.physics_kernels()
-            self.graph = capture.graph
-        if self.graph is not None:
-            wp.capture_launch(self.graph, stream=self.stream)
-        else:
-            self.physics_kernels()
-
-    def physics_kernels(self) -> None:
+        mj_rnePostConstraint after stepping: mj_step leaves cfrc_ext out)."""
         for _ in range(self.task.frame_skip):
             mjw.step(self.model, self.data)
         mjw.rne_postconstraint(self.model, self.data)
@@ -228,7 +228,7 @@ class WarpTasks:
         """Next observations, rewards, terminations and truncations, (N, obs_dim) and (N,) each, float32."""
         restarting = self.ended.clone()  # the worlds that ended at the last step begin a new episode now
         self.ctrl.copy_(actions)
-        self.on_warp(self.physics)
+        self.on_warp("physics", self.physics)
         position_after = self.position()
         x_velocity = (position_after[:, 0] - self.position_before[:, 0]) / self.dt
         healthy = self.healthy()

@@ -439,6 +439,7 @@ def main() -> None:
     next_obs = torch.tensor(envs.reset()[0], device=device)
     # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
     host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
+    host_step = torch.empty(2, num_envs).pin_memory() if device.type == "cuda" else torch.empty(2, num_envs)  # reward, done
     next_done, discounted_return = torch.zeros(num_envs, device=device), torch.zeros(num_envs, device=device)
     episode_return = np.zeros(num_envs)
     finished_episodes: list[tuple[int, float, int]] = []  # (global step, return, length)
@@ -465,8 +466,8 @@ def main() -> None:
             host_obs.copy_(torch.from_numpy(next_obs_np))  # free again: the last sync waited for the forward pass that read it
             next_obs.copy_(host_obs, non_blocking=True)  # a no-op on the CPU, where host_obs is next_obs
             host["terminations"][step], host["truncations"][step] = terminations, truncations
-            next_done = torch.as_tensor(np.maximum(terminations, truncations), dtype=torch.float32, device=device)
-            reward_now = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            host_step[0], host_step[1] = torch.from_numpy(reward), torch.from_numpy(np.maximum(terminations, truncations))
+            reward_now, next_done = host_step.to(device, non_blocking=True, copy=True)  # as the frames: without waiting
             rollout["rewards"][step], discounted_return = scale_rewards(
                 reward_now, rollout["valid"][step], next_done, discounted_return, return_rms, args.gamma, args.reward_clip
             )

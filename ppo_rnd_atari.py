@@ -539,7 +539,7 @@ def main() -> None:
         print(f"observation-normalisation warm-up: {warmup_left:,} random-action steps", flush=True)
     while warmup_steps < warmup_total and not stop_signal:
         next_obs_np, _, terminations, truncations, info = envs.step(torch.randint(num_actions, (args.num_envs,)).numpy())
-        host_obs.copy_(torch.from_numpy(next_obs_np))  # free again: the last sync waited for the forward pass that read it
+        host_obs.copy_(torch.from_numpy(next_obs_np))  # free again: the mask's blocking copy below waited for its last copy
         next_obs.copy_(host_obs, non_blocking=True)  # a no-op on the CPU, where host_obs is next_obs
         update_frame_statistics(obs_rms, next_obs[:, -1:], torch.as_tensor(reset_step_mask(next_done), device=device))
         next_done = np.maximum(terminations, truncations).astype(np.float32)
