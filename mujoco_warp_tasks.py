@@ -210,11 +210,12 @@ class WarpTasks:
             return
         torch_stream = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(wp.stream_from_torch(torch_stream))
-        if name not in self.graphs:
-            with wp.ScopedCapture(device=self.warp_device, stream=self.stream) as capture:
-                kernels()
-            self.graphs[name] = capture.graph
-        wp.capture_launch(self.graphs[name], stream=self.stream)
+        with wp.ScopedStream(self.stream):  # also Warp's default device for the kernels (a torchrun process's own GPU)
+            if name not in self.graphs:
+                with wp.ScopedCapture(device=self.warp_device, stream=self.stream) as capture:
+                    kernels()
+                self.graphs[name] = capture.graph
+            wp.capture_launch(self.graphs[name], stream=self.stream)
         torch_stream.wait_stream(wp.stream_to_torch(self.stream))
 
     def physics(self) -> None:
