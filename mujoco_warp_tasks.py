@@ -113,8 +113,8 @@ class WarpTasks:
         obs_dim = self.observation(torch.zeros(num_envs, dtype=torch.bool, device=device)).shape[1]
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (obs_dim,), dtype=np.float32)
         # On a GPU, Warp works on its own stream (a CUDA graph cannot be captured on the legacy default stream that torch
-        # uses), ordered after torch's work and before torch reads the results. Its work is replayed as CUDA graphs, one
-        # for the physics of a step, one for the reset and one for the forward pass: called eagerly, the constraint
+        # uses), ordered after torch's work and before torch reads the results. Its work is replayed as graphs, one for
+        # the physics of a step, one for the reset and one for the forward pass: called eagerly on a GPU, the constraint
         # solver's loop (wp.capture_while) would read its condition back to the host at every iteration.
         self.stream = wp.get_stream(self.warp_device) if self.warp_device.is_cuda else None
         self.graphs = {}
@@ -203,20 +203,20 @@ class WarpTasks:
         self.elapsed.mul_(~reset)
 
     def on_warp(self, name: str, kernels) -> None:
-        """Run Warp's work (`kernels()`) after torch's and before torch reads its results; on a GPU as the CUDA graph
-        `name`, recorded at its first call (its arrays keep their addresses, so each replay reads their new values)."""
-        if self.stream is None:  # on the CPU, Warp's kernels run as they are called
-            kernels()
-            return
-        torch_stream = torch.cuda.current_stream(self.device)
-        self.stream.wait_stream(wp.stream_from_torch(torch_stream))
+        """Run Warp's work (`kernels()`) as the graph `name`, recorded at its first call (its arrays keep their addresses,
+        so each replay reads their new values): on a GPU a CUDA graph on Warp's stream, after torch's work and before
+        torch reads the results; on the CPU Warp's own graph of the same launches, so that both run the same code."""
+        if self.stream is not None:
+            torch_stream = torch.cuda.current_stream(self.device)
+            self.stream.wait_stream(wp.stream_from_torch(torch_stream))
         with wp.ScopedStream(self.stream):  # also Warp's default device for the kernels (a torchrun process's own GPU)
             if name not in self.graphs:
                 with wp.ScopedCapture(device=self.warp_device, stream=self.stream) as capture:
                     kernels()
                 self.graphs[name] = capture.graph
             wp.capture_launch(self.graphs[name], stream=self.stream)
-        torch_stream.wait_stream(wp.stream_to_torch(self.stream))
+        if self.stream is not None:
+            torch_stream.wait_stream(wp.stream_to_torch(self.stream))
 
     def physics(self) -> None:
         """frame_skip steps of every world, then the external forces on the bodies (Gymnasium calls
