@@ -116,7 +116,7 @@ class Args:
     mjwarp: bool = False
     """also: Ant on MuJoCo Warp against EnvPool's Ant-v5, the simulators alone and PPO end to end (--num-envs each)"""
     warp_steps: int = 20
-    """batched steps for MuJoCo Warp's rate (slow on a CPU: about 50 a second at 16 worlds)"""
+    """batched steps for MuJoCo Warp's rate (slow on a CPU: about 25 a second at 64 worlds)"""
 
 
 def task_of(args: Args, script: str) -> str:
