@@ -95,7 +95,8 @@ class EnvPoolTasks:
         time_limit = {} if args.max_episode_steps is None else {"max_episode_steps": args.max_episode_steps}
         self.envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **time_limit)
         self.observation_space, self.action_space, self.device = self.envs.observation_space, self.envs.action_space, device
-        self.staging = None  # a step's observations, rewards, terminations and truncations, side by side
+        # a step's observations, rewards, terminations and truncations side by side, copied to the device together
+        self.staging = torch.empty(num_envs, self.observation_space.shape[0] + 3, pin_memory=device.type == "cuda")
 
     def reset(self) -> torch.Tensor:
         return torch.as_tensor(self.envs.reset()[0], dtype=torch.float32, device=self.device)
@@ -104,8 +105,6 @@ class EnvPoolTasks:
         """Next observations, rewards, terminations, truncations. On CUDA, one copy to the GPU from page-locked memory,
         which does not wait for the GPU (the action copy has: the buffer is free again)."""
         step = np.column_stack(self.envs.step(actions.cpu().numpy())[:4]).astype(np.float32)  # obs | reward | term | trunc
-        if self.staging is None:
-            self.staging = torch.empty(step.shape, pin_memory=self.device.type == "cuda")
         self.staging.copy_(torch.from_numpy(step))
         moved = self.staging.to(self.device, non_blocking=True, copy=True)
         return moved[:, :-3], *moved[:, -3:].T

@@ -439,7 +439,7 @@ def main() -> None:
     next_obs = torch.tensor(envs.reset()[0], device=device)
     # EnvPool's frames pass through page-locked memory on CUDA, from where the copy to the GPU runs asynchronously.
     host_obs = torch.empty_like(next_obs, device="cpu").pin_memory() if device.type == "cuda" else next_obs
-    host_step = torch.empty(2, num_envs).pin_memory() if device.type == "cuda" else torch.empty(2, num_envs)  # reward, done
+    host_step = torch.empty(2, num_envs, pin_memory=device.type == "cuda")  # a step's reward and done, copied together
     next_done, discounted_return = torch.zeros(num_envs, device=device), torch.zeros(num_envs, device=device)
     episode_return = np.zeros(num_envs)
     finished_episodes: list[tuple[int, float, int]] = []  # (global step, return, length)

@@ -140,18 +140,20 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
         )
     if unfinished:
         print(f"note: {unfinished} run(s) without done.json left out (still running or interrupted; --unfinished adds them)")
+
     # One run per configuration, game and seed: a crashed run that launch.sh started again, or a run repeated by hand, is
     # not another seed. Kept: a finished one, else the one that got furthest, else the newest (the time in its name).
-    best: dict[tuple, tuple] = {}  # (configuration, game, seed) -> (rank, run)
+    def identity(run: dict) -> tuple:
+        return run["config"], run["env_id"], run["seed"]
+
+    best: dict[tuple, tuple] = {}  # identity -> (rank, run)
     for run in runs:
         last_step = max((steps[-1] for steps, _ in run["scalars"].values() if len(steps)), default=0)
         rank = (os.path.exists(os.path.join(run["dir"], "done.json")), last_step, run["dir"])
-        key = (run["config"], run["env_id"], run["seed"])
-        if key not in best or rank > best[key][0]:
-            best[key] = (rank, run)
+        if identity(run) not in best or rank > best[identity(run)][0]:
+            best[identity(run)] = (rank, run)
     for run in runs:
-        kept = best[(run["config"], run["env_id"], run["seed"])][1]
-        if kept is not run:
+        if (kept := best[identity(run)][1]) is not run:
             data_note(run["dir"], f"left out: same configuration, game and seed as {os.path.basename(kept['dir'])}")
     return [run for _, run in best.values()]
 
