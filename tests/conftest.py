@@ -386,8 +386,9 @@ GPU = torch.device("meta")
 class HostSyncs(TorchDispatchMode):
     """Sees every tensor operation: fails on one whose tensor arguments lie on two devices (which CUDA refuses) and
     records, in `calls`, those that make the host wait for the GPU: reading a value (item, bool, int), a copy to the
-    host, an output whose size depends on the values (nonzero, boolean indexing) and CUDA's multinomial, whose kernel
-    checks its input on the host. A value read from the GPU is a stand-in (there is no data): False, 1 or 0.5."""
+    host, a copy to the device without non_blocking=True, an output whose size depends on the values (nonzero, boolean
+    indexing) and CUDA's multinomial, whose kernel checks its input on the host. A value read from the GPU is a
+    stand-in (there is no data): False, 1 or 0.5."""
 
     SYNCING = {"_local_scalar_dense", "item", "equal", "nonzero", "masked_select", "multinomial", "unique"}
 
@@ -406,6 +407,10 @@ class HostSyncs(TorchDispatchMode):
         if name in ("_to_copy", "to") and on_gpu and torch.device(kwargs.get("device", GPU)).type == "cpu":  # "to" of an
             self.calls.append("copy to the host")  # inference tensor
             return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
+        if name in ("copy_", "_to_copy"):  # from the host without non_blocking=True: waits for all the GPU has queued
+            source, destination = (args[1], args[0].device) if name == "copy_" else (args[0], kwargs.get("device"))
+            if source.device.type == "cpu" and destination == GPU and not (kwargs.get("non_blocking") or args[2:] == (True,)):
+                self.calls.append("blocking copy to the device")
         if name not in ("copy_", "_to_copy", "to"):  # the operations that may move data between devices
             assert len({tensor.device for tensor in tensors}) <= 1, f"{func} mixes the devices of {tensors}"
         boolean_index = name == "index" and any(tensor.dtype == torch.bool for tensor in tensors[1:])

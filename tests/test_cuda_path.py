@@ -12,12 +12,14 @@ import importlib.util
 import json
 import os
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from conftest import GPU, HostSyncs, only_run_dir, read_scalars, run_script, run_torchrun, usage_error
 
+import continuous_tasks
 import metrics
 import ppo_atari_envpool
 import ppo_ewma_atari
@@ -124,6 +126,17 @@ def test_continuous_step_does_not_wait_for_the_gpu():
     assert syncs.calls == []
 
 
+def test_envpool_mujoco_step_waits_for_the_gpu_only_for_the_action_copy():
+    """ppo_isaacgym's EnvPool backend: what a step returns goes to the GPU in one copy that does not wait for it."""
+    args = SimpleNamespace(env_id="Ant-v5", max_episode_steps=None)
+    envs = continuous_tasks.EnvPoolTasks(args, num_envs=4, seed=1, device=GPU)
+    with HostSyncs() as syncs:
+        envs.reset()
+        syncs.calls.clear()  # the first observations are copied once, before training
+        envs.step(torch.zeros(4, envs.action_space.shape[0], device=GPU))
+    assert syncs.calls == HOST_COPY
+
+
 def categorical_minibatch(num_actions=6, obs_shape=(4, 84, 84), size=16):
     return {
         "obs": torch.zeros((size, *obs_shape), dtype=torch.uint8, device=GPU),
@@ -222,15 +235,18 @@ def test_feature_rank_is_given_no_tensor_of_another_device():
 
 
 def test_host_syncs_catches_what_cuda_would():
-    """The checker itself: a mixed-device operation fails; reading a value, a host copy, boolean indexing and
-    multinomial on the GPU are listed; the same on the CPU is not."""
-    on_gpu = torch.zeros(4, device=GPU)
+    """The checker itself: a mixed-device operation fails; reading a value, a host copy, a blocking copy to the GPU,
+    boolean indexing and multinomial on the GPU are listed; the same on the CPU is not, nor a non-blocking copy."""
+    on_gpu, on_host = torch.zeros(4, device=GPU), torch.zeros(4)
     with HostSyncs() as syncs, pytest.raises(AssertionError, match="mixes the devices"):
         torch.searchsorted(on_gpu, torch.tensor(0.5))
     with HostSyncs() as syncs:
         bool(on_gpu.sum() > 0), on_gpu.cpu(), torch.multinomial(on_gpu.softmax(0) + 1, 1)
+        on_host.to(GPU), on_gpu.copy_(on_host), torch.as_tensor(np.zeros(4), device=GPU)
+        on_host.to(GPU, non_blocking=True), on_gpu.copy_(on_host, non_blocking=True)
         torch.distributions.Categorical(logits=torch.zeros(2, 3)).sample()  # on the CPU: no GPU to wait for
-    assert syncs.calls == ["_local_scalar_dense", "copy to the host", "multinomial"]
+    blocking_copies = ["blocking copy to the device"] * 3
+    assert syncs.calls == ["_local_scalar_dense", "copy to the host", "multinomial", *blocking_copies]
 
 
 @pytest.mark.parametrize("module", [ppo_atari_envpool, ppo_ewma_atari, ppo_procgen, ppo_rnd_atari], ids=lambda m: m.__name__)
