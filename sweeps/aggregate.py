@@ -32,6 +32,7 @@ import json
 import os
 import re
 import sys
+import warnings
 
 import numpy as np
 
@@ -253,8 +254,6 @@ def iqm(scores: np.ndarray) -> float:
 
 def interval_estimates(matrices: dict[str, np.ndarray], func, reps: int, seed: int = 0):
     """Point estimates and 95 % stratified bootstrap CIs (rliable), reproducible."""
-    import warnings  # noqa: PLC0415
-
     from rliable import library as rly  # noqa: PLC0415
 
     np.random.seed(seed)  # rliable 1.2's stratified bootstrap draws its resamples from numpy's global RNG, not random_state
@@ -278,7 +277,8 @@ def pyplot():
 
 
 def save(figure, path: str, pdf: bool) -> None:
-    figure.tight_layout()
+    if figure.get_layout_engine() is None:  # the coverage figure's shared colorbar needs matplotlib's constrained layout
+        figure.tight_layout()
     figure.savefig(path, dpi=120)
     if pdf:
         figure.savefig(os.path.splitext(path)[0] + ".pdf")
@@ -290,11 +290,13 @@ def mean_and_ci(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean over axis 0 and the half-width of a 95 % Student-t interval (0 for one run)."""
     from scipy.stats import t  # noqa: PLC0415
 
-    mean = np.nanmean(curves, axis=0)
-    n = curves.shape[0]
-    if n < 2:
-        return mean, np.zeros_like(mean)
-    return mean, t.ppf(0.975, n - 1) * np.nanstd(curves, axis=0, ddof=1) / np.sqrt(n)
+    with warnings.catch_warnings():  # a point that no run has reached yet is NaN (a gap in the curve), not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(curves, axis=0)
+        n = curves.shape[0]
+        if n < 2:
+            return mean, np.zeros_like(mean)
+        return mean, t.ppf(0.975, n - 1) * np.nanstd(curves, axis=0, ddof=1) / np.sqrt(n)
 
 
 def config_colors(configs: list[str]) -> dict[str, tuple]:
@@ -446,12 +448,19 @@ def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
 # --------------------------------------------------------------------------------------
 
 
+def usage_error(message: str, include_unfinished: bool) -> None:
+    """A folder without the runs asked for: one line, exit 2."""
+    unfinished = "" if include_unfinished else "; --unfinished counts runs without done.json too"
+    sys.stderr.write(f"error: {message}: give the sweep's --runs-dir, the folder of run directories{unfinished}\n")
+    sys.exit(2)
+
+
 def report(
     sweep_dir: str, out_dir: str, final_fraction: float, points: int, reps: int, pdf: bool, include_unfinished: bool
 ) -> None:
     runs = load_runs(sweep_dir, include_unfinished)
     if not runs:
-        sys.exit(f"error: no finished run under {sweep_dir} (run directories with args.json and done.json)")
+        usage_error(f"no {'' if include_unfinished else 'finished '}run under {sweep_dir}", include_unfinished)
     os.makedirs(out_dir, exist_ok=True)
     groups = group_runs(runs)
     configs = sorted(groups)
@@ -562,7 +571,7 @@ def joint_coverage(points_by_run: dict[str, np.ndarray], grid: int) -> dict[str,
 def umap_projection(features: np.ndarray, seed: int) -> np.ndarray:
     import umap  # noqa: PLC0415 - slow import (numba)
 
-    reducer = umap.UMAP(n_components=2, n_neighbors=min(15, len(features) - 1), random_state=seed)
+    reducer = umap.UMAP(n_components=2, n_neighbors=min(15, len(features) - 1), random_state=seed, n_jobs=1)  # seeded: 1
     return reducer.fit_transform(features.astype(np.float32))
 
 
@@ -571,7 +580,7 @@ def coverage(sweep_dir: str, out_dir: str, grid: int, points_per_run: int, pdf: 
         run for run in load_runs(sweep_dir, include_unfinished) if os.path.exists(os.path.join(run["dir"], "embeddings.npz"))
     ]
     if not runs:
-        sys.exit(f"error: no run with embeddings.npz under {sweep_dir} (train with --save-embeddings)")
+        usage_error(f"no run with embeddings.npz under {sweep_dir} (train with --save-embeddings)", include_unfinished)
     os.makedirs(out_dir, exist_ok=True)
     plt = pyplot()
     rng = np.random.default_rng(0)
@@ -589,10 +598,13 @@ def coverage(sweep_dir: str, out_dir: str, grid: int, points_per_run: int, pdf: 
         by_run = {name: projected[i * count : (i + 1) * count] for i, name in enumerate(names)}
         cvg = joint_coverage(by_run, grid)
         unit = metrics.rescale_to_unit_square(projected)
-        figure, axes = plt.subplots(1, len(game_runs), figsize=(3.6 * len(game_runs), 3.4), squeeze=False)
+        figure, axes = plt.subplots(
+            1, len(game_runs), figsize=(3.6 * len(game_runs), 3.4), squeeze=False, layout="constrained"
+        )
         for i, (axis, run) in enumerate(zip(axes.flat, game_runs, strict=True)):
             part = slice(i * count, (i + 1) * count)
-            scatter = axis.scatter(unit[part, 0], unit[part, 1], c=values[part], s=3, cmap="viridis")
+            colors = dict(c=values[part], vmin=values.min(), vmax=values.max(), cmap="viridis")  # one scale: the colorbar's
+            scatter = axis.scatter(unit[part, 0], unit[part, 1], s=3, **colors)
             axis.set_title(f"{run['config']} seed {run['seed']}\nCvg = {cvg[names[i]]:.3f}", fontsize=8)
             axis.set_xlim(0, 1), axis.set_ylim(0, 1), axis.set_xticks([]), axis.set_yticks([])
             rows.append((game, run["config"], run["seed"], count, cvg[names[i]]))
@@ -625,14 +637,19 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     return (cumulative[1:] - cumulative[np.arange(1, len(values) + 1) - counts]) / counts
 
 
-def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool) -> None:
+def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool) -> set[str]:
+    """One line per run that has `tag`; nothing is written when none has. Returns the scalar tags of the runs."""
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
+    tags, plotted = set(), 0
     for run_dir in run_dirs:
-        steps, values = read_scalar(run_dir, tag)
+        scalars = read_scalars(run_dir)
+        tags |= set(scalars)
+        steps, values = scalars.get(tag, ((), ()))
         if len(steps) == 0:
             print(f"warning: {run_dir} has no {tag!r} scalars yet", file=sys.stderr)
             continue
+        plotted += 1
         axis.plot(steps, moving_average(values, window), label=os.path.basename(run_dir.rstrip("/")))
         print(
             f"{os.path.basename(run_dir.rstrip('/'))}: {len(values)} points, last {window}: mean {values[-window:].mean():.2f}"
@@ -647,8 +664,11 @@ def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool)
         axis.set_yscale("log")
     if len(run_dirs) <= 8:
         axis.legend(fontsize=6)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    save(figure, out, pdf)
+    if plotted:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        save(figure, out, pdf)
+    plt.close(figure)
+    return tags
 
 
 def main() -> None:
@@ -684,12 +704,16 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.command == "curves":
-        missing = [d for d in args.run_dirs if not os.path.isdir(d)]
+        run_files = ("args.json", "events.out.tfevents.*")  # a folder of runs has neither
+        missing = [d for d in args.run_dirs if not any(glob.glob(os.path.join(d, name)) for name in run_files)]
         if missing:
-            parser.exit(2, f"error: not a run directory: {missing[0]}\n")
+            parser.exit(2, f"error: not a run directory (no args.json, no event file): {missing[0]}\n")
         if args.smooth < 1:
             parser.exit(2, "error: --smooth must be >= 1\n")
-        plot_curves(args.run_dirs, args.tag, args.out, args.smooth, args.pdf)
+        tags = plot_curves(args.run_dirs, args.tag, args.out, args.smooth, args.pdf)
+        if args.tag not in tags:
+            known = f"the runs' tags: {', '.join(sorted(tags))}" if tags else "the runs have logged no scalar yet"
+            parser.exit(2 if tags else 1, f"error: no run has the tag {args.tag!r}, nothing written ({known})\n")
     elif not os.path.isdir(args.sweep_dir):
         parser.exit(2, f"error: {args.sweep_dir!r} is not a directory\n")
     elif args.command == "report":

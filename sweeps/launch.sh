@@ -25,6 +25,8 @@
 #   - a run directory with done.json (the scripts' completion marker) -> skipped;
 #   - one with checkpoint.pt (interrupted, pre-empted, crashed) -> resumed with --resume;
 #   - otherwise the command starts a new run.
+# The run must have been trained with the command's flags (its args.json; --torch-threads aside): a run of
+# another budget or other flags under that name is neither skipped nor resumed but listed as a failure.
 # With LAUNCHER=slurm a command whose job is still queued or running (in squeue, by its job name: sweep-<checksum
 # of the command>) is skipped too, so that a sweep re-run while its jobs wait submits none twice.
 # Failed commands are listed at the end with their log files; the exit status is 1 then.
@@ -60,9 +62,46 @@ flag_value() {
     [[ $2 =~ $pattern ]] && echo "${BASH_REMATCH[2]}"
 }
 
-# Print the command to run for this line: as is, with --resume, or nothing when finished.
+# The flags of a command whose values differ from those in a run's args.json, as "--name there / here; ...";
+# nothing when all match. Not compared: --resume, --runs-dir, --torch-threads, a value "auto" (the script
+# chooses) and flags that args.json lacks.
+flag_differences() { # args.json, command
+    python3 - "$1" "$2" <<'PYTHON'
+import itertools, json, shlex, sys
+
+recorded, words = json.load(open(sys.argv[1])), shlex.split(sys.argv[2])
+script = next((i for i, word in enumerate(words) if word.endswith(".py")), 0)  # the flags follow the script
+
+
+def same(there, here):
+    try:
+        return there is here if isinstance(here, bool) else float(here) == float(there)
+    except (TypeError, ValueError):
+        return str(there) == here
+
+
+differences = []
+for i, word in enumerate(words[script + 1 :], start=script + 1):
+    if not word.startswith("--"):
+        continue
+    name, _, value = word[2:].partition("=")
+    name = name.replace("-", "_")
+    values = [value] if value else list(itertools.takewhile(lambda w: not w.startswith("--"), words[i + 1 :]))
+    if not values:  # a boolean flag: --name or --no-name
+        name, values = (name[3:], [False]) if name not in recorded and name.startswith("no_") else (name, [True])
+    if name in ("resume", "runs_dir", "torch_threads") or name not in recorded or values == ["auto"]:
+        continue
+    there = recorded[name] if isinstance(recorded[name], list) else [recorded[name]]
+    if not (len(there) == len(values) and all(map(same, there, values))):
+        differences.append(f"--{name.replace('_', '-')} {' '.join(map(str, there))} there / {' '.join(map(str, values))} here")
+print("; ".join(differences))
+PYTHON
+}
+
+# Print the command to run for this line: as is, with --resume, nothing when finished, or "CONFLICT <why>"
+# when the run under its name was trained with other flags.
 resolve() {
-    local command=$1 runs_dir env_id exp_name seed run_dir checkpoint=""
+    local command=$1 runs_dir env_id exp_name seed run_dir checkpoint="" differences
     env_id=$(flag_value --env-id "$command")
     exp_name=$(flag_value --exp-name "$command")
     if [[ -z $env_id || -z $exp_name ]]; then
@@ -72,7 +111,15 @@ resolve() {
     runs_dir=$(flag_value --runs-dir "$command")
     seed=$(flag_value --seed "$command")
     for run_dir in "${runs_dir:-runs}/${env_id}__${exp_name}__${seed:-1}__"*/; do
-        [[ -d $run_dir ]] || continue
+        [[ -f $run_dir/done.json || -f $run_dir/checkpoint.pt ]] || continue
+        differences=""
+        if [[ -f $run_dir/args.json ]] && ! differences=$(flag_differences "$run_dir/args.json" "$command" 2>&1); then
+            echo "CONFLICT cannot compare the command's flags with ${run_dir}args.json: $differences"
+            return
+        elif [[ -n $differences ]]; then
+            echo "CONFLICT ${run_dir%/} was trained with other flags ($differences): give this sweep another RUNS_DIR"
+            return
+        fi
         [[ -f $run_dir/done.json ]] && return
         [[ -f $run_dir/checkpoint.pt ]] && checkpoint=${run_dir}checkpoint.pt
     done
@@ -146,6 +193,11 @@ for line in "${commands[@]}"; do
         continue
     fi
     command=$(resolve "$line")
+    if [[ $command == CONFLICT* ]]; then
+        echo "[$index] NOT RUN: ${command#CONFLICT }"
+        printf 'not run | %s | %s\n' "$line" "${command#CONFLICT }" >>"$failures"
+        continue
+    fi
     if [[ -z $command ]]; then
         echo "[$index] skipped (finished): $line"
         skipped=$((skipped + 1))

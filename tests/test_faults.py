@@ -73,6 +73,7 @@ def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(
     for fragment in expected:
         assert sum(fragment in line for line in warnings) == 1, (fragment, warnings)
     assert len(warnings) == 5 and not any(good in line for line in warnings)
+    assert "Warning" not in result.stderr  # only the notes: no library's warning (e.g. numpy's mean of no run)
     report = (sweep / "report" / "report.md").read_text()
     notes = report.split("## Data left out or substituted")[1].strip().splitlines()
     assert notes == [f"- {line.removeprefix('warning: ')}" for line in warnings]
