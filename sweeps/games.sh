@@ -2,6 +2,18 @@
 # The game lists of the sweeps' paper-scale defaults (SCALE=paper), in one place. Not a sweep:
 # each sweep sources it (`source sweeps/games.sh` from the repository root) and sets GAMES from one.
 # ATARI_10 and HARD_EXPLORATION are also metrics.py's score-table lists; tests/test_copies.py keeps them equal.
+# It also checks what every sweep is given: settings come from environment variables (listed in each
+# sweep's header), never from arguments, so that `bash sweeps/x.sh --help` cannot start a sweep.
+
+if (($#)); then
+    echo "error: $(basename "$0") takes no arguments (got '$1'): set its variables instead (its header lists them)," \
+        "e.g. LAUNCHER=print bash $0 prints its commands" >&2
+    exit 2
+fi
+if [[ ${SCALE:-cpu} != cpu && ${SCALE:-cpu} != paper ]]; then
+    echo "error: SCALE must be cpu or paper, got '$SCALE'" >&2
+    exit 2
+fi
 
 # Atari-10 (Aitchison et al. 2023): the Atari games of Mayor et al. 2025's main experiments
 ATARI_10="Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert"

@@ -452,6 +452,15 @@ def flag_values(command, *flags):
 
 
 @pytest.mark.parametrize("sweep", SWEEPS, ids=os.path.basename)
+def test_sweep_refuses_arguments_and_an_unknown_scale_before_anything_runs(sweep, tmp_path):
+    for arguments, setting in (["--help"], {}), ([], {"SCALE": "papr"}):
+        env = {**os.environ, "LOG_DIR": str(tmp_path / "logs"), "PYTHON": "false", **setting}
+        result = subprocess.run(["bash", sweep, *arguments], capture_output=True, text=True, env=env, timeout=60)
+        assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+        assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("sweep", SWEEPS, ids=os.path.basename)
 def test_no_sweep_trains_the_same_run_twice(sweep, tmp_path, monkeypatch):
     """At paper scale a repeated run is days of GPU time: no two commands of a sweep train the same thing, compared by
     the flags the script parses (defaults filled in; the run's name, directory and checkpoint interval aside, and the LR
