@@ -561,6 +561,10 @@ def validate_and_derive(args: Args) -> Args:
     require(0 < low <= high < math.inf, f"--clip-coef-bounds {args.clip_coef_bounds} is not 0 < low <= high < inf")
     cuda = args.cuda and torch.cuda.is_available()
     require(not args.cudagraphs or (args.compile and cuda), "--cudagraphs needs --compile and CUDA")
+    require(
+        args.metrics_interval or not args.save_embeddings, "--save-embeddings needs --metrics-interval > 0 (it saves on those)"
+    )
+    require(args.target_ddr or not args.target_ddr_final, "--target-ddr-final needs --target-ddr")
     spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
     require(spec_class == "AtariEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5)")
     return plan_iterations(args)

@@ -610,6 +610,11 @@ def validate_and_derive(args: Args) -> Args:
         require(0 < bounds[0] <= bounds[1] < math.inf, f"--{name.replace('_', '-')} {bounds} is not 0 < low <= high < inf")
     cuda = args.cuda and torch.cuda.is_available()
     require(not args.cudagraphs or (args.compile and cuda), "--cudagraphs needs --compile and CUDA")
+    require(
+        args.metrics_interval or not args.save_embeddings, "--save-embeddings needs --metrics-interval > 0 (it saves on those)"
+    )
+    ddr_flags = not args.target_ddr_final and args.adapt == "clip-coef"
+    require(args.target_ddr or ddr_flags, "--target-ddr-final and --adapt ewma-com need --target-ddr")
     spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
     require(spec_class == "AtariEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5)")
     return plan_iterations(args)

@@ -549,6 +549,9 @@ def validate_and_derive(args: Args) -> Args:
     require(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}")
     gpu = args.cuda and torch.cuda.is_available()
     require(not args.cudagraphs or (args.compile and gpu), "--cudagraphs needs --compile and CUDA")
+    require(
+        args.metrics_interval or not args.save_embeddings, "--save-embeddings needs --metrics-interval > 0 (it saves on those)"
+    )
     require((problem := choose_simulator(args, gpu)) is None, problem)  # sets args.backend and args.env_id
     args.batch_size = args.num_envs * args.num_steps
     minibatch_size = args.minibatch_size or args.batch_size // args.num_minibatches

@@ -570,6 +570,9 @@ def validate_and_derive(args: Args) -> Args:
     require(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}")
     cudagraphs_ok = not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available())
     require(cudagraphs_ok, "--cudagraphs needs --compile and CUDA")
+    require(
+        args.metrics_interval or not args.save_embeddings, "--save-embeddings needs --metrics-interval > 0 (it saves on those)"
+    )
     spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
     example = "e.g. BigfishEasy-v0, StarpilotEasy-v0"
     require(spec_class == "ProcgenEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Procgen task ({example})")

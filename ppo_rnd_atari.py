@@ -687,6 +687,9 @@ def validate_and_derive(args: Args) -> Args:
     require(0 < args.update_proportion <= 1, f"--update-proportion must be in (0, 1], got {args.update_proportion}")
     cudagraphs_ok = not args.cudagraphs or (args.compile and args.cuda and torch.cuda.is_available())
     require(cudagraphs_ok, "--cudagraphs needs --compile and CUDA")
+    require(
+        args.metrics_interval or not args.save_embeddings, "--save-embeddings needs --metrics-interval > 0 (it saves on those)"
+    )
     spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
     examples = "e.g. MontezumaRevenge-v5, Venture-v5, Breakout-v5"
     require(spec_class == "AtariEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Atari task ({examples})")

@@ -438,6 +438,8 @@ BAD_FLAGS = [
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
     (["--torch-threads", "0"], "--torch-threads must be finite and > 0, got 0"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
+    (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),
+    (["--target-ddr-final", "100"], "--target-ddr-final needs --target-ddr"),
     (["--schedule", "0:8x128,0.5:32x32,0.3:128x8"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
     (["--schedule", "0.5:8x128"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
     (["--schedule", "0:8x128,1:32x32"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),

@@ -281,6 +281,9 @@ def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_eit
         (["--resume", "/no/such.pt"], "no such checkpoint file"),
         (["--torch-threads", "0"], "--torch-threads must be finite and > 0, got 0"),
         (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
+        (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),
+        (["--adapt", "ewma-com"], "--target-ddr-final and --adapt ewma-com need --target-ddr"),
+        (["--target-ddr-final", "9"], "--target-ddr-final and --adapt ewma-com need --target-ddr"),
         (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
     ],
 )

@@ -345,6 +345,7 @@ BAD_FLAGS = [
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
     (["--torch-threads", "0"], "--torch-threads must be finite and > 0, got 0"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
+    (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
 ]
 

@@ -301,6 +301,7 @@ BAD_FLAGS = [
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
     (["--torch-threads", "0"], "--torch-threads must be finite and > 0, got 0"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
+    (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
     (["--schedule", "0:2x16,0.5:4x8,0.3:2x8"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
     (["--schedule", "0.1:2x16"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
