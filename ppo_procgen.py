@@ -637,8 +637,15 @@ def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.p
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
         ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
         require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
+        defaults, run = asdict(Args()), checkpoint["args"]  # a flag given now, other than the run's, is not used: say so
+        ignored = [name for name, value in asdict(args).items() if value not in (defaults[name], run.get(name))]
+        if ignored := [f"--{name.replace('_', '-')}" for name in ignored if name not in runtime | {"resume"}]:
+            print(f"notice: --resume continues the run with its own flags; not used: {' '.join(ignored)}")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
-    return validate_and_derive(args), checkpoint
+    args = validate_and_derive(args)
+    finished = checkpoint and checkpoint["global_step"] >= args.planned_steps
+    require(not finished, f"--resume {args.resume!r}: that run has trained all its {args.planned_steps:,} steps")
+    return args, checkpoint
 
 
 def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_envpool.start_run

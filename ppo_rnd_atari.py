@@ -100,7 +100,7 @@ class Args:
     target_kl: float | None = None
     """stop the epochs early when approx KL exceeds this"""
     separate_networks: bool = False
-    """actor and critics get their own Nature-CNN encoder (paper Fig. 5)"""
+    """actor and critics get their own encoder (rnd_policy_encoder; paper Fig. 5)"""
     ext_coef: float = 2.0
     """weight of the extrinsic advantages in the combined advantage"""
     int_coef: float = 1.0
@@ -673,7 +673,7 @@ def validate_and_derive(args: Args) -> Args:
     script has its own flags; this one runs as one process and has no --schedule."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun: each process would train the same run alone
     refusal = f"ppo_rnd_atari.py runs as one process: start it with python, not torchrun (which would run {world_size} "
-    require(world_size == 1, refusal + "identical copies); the PPO scripts split one run over torchrun's processes")
+    require(world_size == 1, refusal + "identical copies); the PPO scripts without RND split one run over them")
     require_signs(
         args,
         positive="total_timesteps max_episode_steps num_envs num_steps update_epochs num_minibatches lr_reference_envs "
@@ -744,8 +744,15 @@ def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.p
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
         ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
         require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
+        defaults, run = asdict(Args()), checkpoint["args"]  # a flag given now, other than the run's, is not used: say so
+        ignored = [name for name, value in asdict(args).items() if value not in (defaults[name], run.get(name))]
+        if ignored := [f"--{name.replace('_', '-')}" for name in ignored if name not in runtime | {"resume"}]:
+            print(f"notice: --resume continues the run with its own flags; not used: {' '.join(ignored)}")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
-    return validate_and_derive(args), checkpoint
+    args = validate_and_derive(args)
+    finished = checkpoint and checkpoint["global_step"] >= args.planned_steps
+    require(not finished, f"--resume {args.resume!r}: that run has trained all its {args.planned_steps:,} steps")
+    return args, checkpoint
 
 
 def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_envpool.start_run

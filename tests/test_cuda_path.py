@@ -369,7 +369,7 @@ def test_single_process_scripts_refuse_torchrun_in_one_line(script, monkeypatch,
     line = usage_error(module.main, monkeypatch, capsys, [script, "--runs-dir", str(tmp_path)])
     assert line == (
         f"error: {script} runs as one process: start it with python, not torchrun (which would run 2 identical "
-        "copies); the PPO scripts split one run over torchrun's processes"
+        "copies); the PPO scripts without RND split one run over them"
     )
     assert not os.listdir(tmp_path)
 

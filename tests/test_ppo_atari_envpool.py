@@ -364,8 +364,11 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     interrupted_at = checkpoint["iteration"]
     assert 1 <= interrupted_at < 25 and checkpoint["global_step"] == steps[interrupted_at - 1]
 
-    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
+    # Flags of what to learn come from the checkpoint: one given again unchanged passes quietly, another is named
+    again, other = ["--schedule", "0:2x16,0.25:4x16"], ["--total-timesteps", "999"]
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda", *again, *other)
     assert result.returncode == 0, result.stderr
+    assert "notice: --resume continues the run with its own flags; not used: --total-timesteps\n" in result.stdout
     assert only_run_dir(tmp_path) == run_dir  # same run directory
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == 25 and final["global_step"] == 1280
@@ -386,6 +389,14 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     assert clip_coefs[1:] == pytest.approx(adapted[:-1], rel=1e-5)
     # Adam went on from the saved moments and step count: 25 iterations x 2 epochs x 2 minibatches
     assert {int(state["step"]) for state in final["optimizer"]["state"].values()} == {100}
+    # Nothing left to train: refused before the run directory is touched (no new event file)
+    event_files = os.listdir(run_dir)
+    again = run_script(SCRIPT, "--resume", checkpoint_path, "--no-cuda")
+    assert (
+        again.returncode == 2
+        and again.stderr == f"error: --resume {checkpoint_path!r}: that run has trained all its 1,280 steps\n"
+    )
+    assert os.listdir(run_dir) == event_files
 
 
 def test_resume_continues_torchs_random_numbers_where_the_checkpoint_left_them(monkeypatch, tmp_path, tiny_ppo_flags):
