@@ -615,8 +615,10 @@ def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.p
             print(f"notice: --resume continues the run with its own flags; not used: {' '.join(ignored)}")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
     args = validate_and_derive(args)
-    finished = checkpoint and checkpoint["global_step"] >= args.planned_steps
-    require(not finished, f"--resume {args.resume!r}: that run has trained all its {args.planned_steps:,} steps")
+    # A run with all its steps but no done.json stopped while finishing (e.g. recording the video): resuming completes it
+    finished = checkpoint and os.path.exists(os.path.join(os.path.dirname(args.resume), "done.json"))
+    trained = f"--resume {args.resume!r}: that run is finished (done.json), with all its {args.planned_steps:,} steps"
+    require(not finished or checkpoint["global_step"] < args.planned_steps, trained)
     return args, checkpoint
 
 

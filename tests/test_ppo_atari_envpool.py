@@ -389,13 +389,12 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     assert clip_coefs[1:] == pytest.approx(adapted[:-1], rel=1e-5)
     # Adam went on from the saved moments and step count: 25 iterations x 2 epochs x 2 minibatches
     assert {int(state["step"]) for state in final["optimizer"]["state"].values()} == {100}
-    # Nothing left to train: refused before the run directory is touched (no new event file)
+    # Finished (done.json): refused before the run directory is touched (no new event file). Without done.json, the
+    # same resume would complete the run's finishing steps (tests/test_sweeps.py's re-run)
     event_files = os.listdir(run_dir)
     again = run_script(SCRIPT, "--resume", checkpoint_path, "--no-cuda")
-    assert (
-        again.returncode == 2
-        and again.stderr == f"error: --resume {checkpoint_path!r}: that run has trained all its 1,280 steps\n"
-    )
+    finished = f"error: --resume {checkpoint_path!r}: that run is finished (done.json), with all its 1,280 steps\n"
+    assert again.returncode == 2 and again.stderr == finished
     assert os.listdir(run_dir) == event_files
 
 
