@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -211,13 +212,15 @@ def sweep_commands(sweep, tmp_path, scale):
 @pytest.mark.parametrize("sweep", SWEEPS, ids=os.path.basename)
 def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeypatch, capsys):
     """Each distinct configuration of the CPU and the paper-scale version passes the
-    script's own flag validation (a typo in a sweep would fail here, not on a cluster)."""
+    script's own flag validation (a typo in a sweep would fail here, not on a cluster), and launch.sh finds the run
+    that the command trains (its directory, the args.json the script writes) the run of that command: it skips it."""
+    import dataclasses
     import importlib
 
     for scale in ("cpu", "paper"):
         commands = sweep_commands(sweep, tmp_path, scale)
         assert commands, f"{sweep} printed no command"
-        names = set()
+        names, finished = set(), []
         for command in commands:
             words = shlex.split(command)
             exp_name = words[words.index("--exp-name") + 1]
@@ -228,8 +231,14 @@ def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeyp
             script = os.path.basename(words[1])
             module = importlib.import_module(script.removesuffix(".py"))
             monkeypatch.setattr(sys, "argv", [script, *words[2:]])
-            module.parse_args()
+            args = module.parse_args()[0]
+            run_dir = make_run(tmp_path / "runs", f"{args.env_id}__{args.exp_name}__{args.seed}__100", ["done.json"])
+            (run_dir / "args.json").write_text(json.dumps(dataclasses.asdict(args)))
+            finished.append(shlex.join(["true", *words[1:]]))  # were it not skipped: nothing to run
         assert capsys.readouterr().err == ""
+        result = launch("\n".join(finished) + "\n", tmp_path)
+        assert result.returncode == 0 and result.stdout.count("skipped (finished)") == len(finished), result.stdout
+        shutil.rmtree(tmp_path / "runs")
     paper = " ".join(sweep_commands(sweep, tmp_path, "paper"))
     assert "--seed 3" in paper and ("--seed 5" in paper or "coverage" in sweep)  # the header's seeds
 
