@@ -476,9 +476,7 @@ def validate_and_derive(args: Args) -> Args:
         require(0 <= getattr(args, name) <= 1, f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     cuda = args.cuda and torch.cuda.is_available()
     require(not args.cudagraphs or (args.compile and cuda), "--cudagraphs needs --compile and CUDA")
-    require(
-        args.metrics_interval or not args.save_embeddings, "--save-embeddings needs --metrics-interval > 0 (it saves on those)"
-    )
+    require(args.metrics_interval or not args.save_embeddings, "--save-embeddings needs --metrics-interval > 0")
     spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
     require(spec_class == "AtariEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5)")
     return plan_iterations(args)
@@ -561,15 +559,15 @@ def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.p
         ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
         require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
         defaults, run = asdict(Args()), checkpoint["args"]  # a flag given now, other than the run's, is not used: say so
-        ignored = [name for name, value in asdict(args).items() if value not in (defaults[name], run.get(name))]
-        if ignored := [f"--{name.replace('_', '-')}" for name in ignored if name not in runtime | {"resume"}]:
+        given = [name for name, value in asdict(args).items() if value not in (defaults[name], run.get(name))]
+        if ignored := [f"--{name.replace('_', '-')}" for name in given if name not in runtime | {"resume"}]:
             print(f"notice: --resume continues the run with its own flags; not used: {' '.join(ignored)}")
         args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
     args = validate_and_derive(args)
     # A run with all its steps but no done.json stopped while finishing (e.g. recording the video): resuming completes it
-    finished = checkpoint and os.path.exists(os.path.join(os.path.dirname(args.resume), "done.json"))
-    trained = f"--resume {args.resume!r}: that run is finished (done.json), with all its {args.planned_steps:,} steps"
-    require(not finished or checkpoint["global_step"] < args.planned_steps, trained)
+    done = checkpoint and os.path.exists(os.path.join(os.path.dirname(args.resume), "done.json"))
+    finished = f"--resume {args.resume!r}: that run is finished (done.json), with all its {args.planned_steps:,} steps"
+    require(not done or checkpoint["global_step"] < args.planned_steps, finished)
     return args, checkpoint
 
 
