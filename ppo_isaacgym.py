@@ -5,13 +5,13 @@
     python ppo_isaacgym.py --backend envpool --env-id Hopper-v5 --num-envs 64 --num-steps 64
 
 PPO with a Gaussian policy (state-independent log-std; sampled actions are clipped to the action bounds, no tanh
-squashing) and the reference Isaac Gym settings of CleanRL's ppo_continuous_action_isaacgym.py (4096 envs x 16 steps,
-4 epochs, 2 minibatches, lr 0.0026, clip 0.2, no entropy bonus, max grad norm 1); observations and rewards normalised
-by running statistics; the simulators' adapters in `continuous_tasks.py`. As in the Atari scripts: EnvPool's reset
-step (Isaac Gym's tasks reset at the start of the next step too) is masked out of the losses, advantages, reward
-statistics and metrics; the metrics of `metrics.py` every `--metrics-interval` iterations, with the Gaussian definitions
-(policy variance over means and stds, exact Gaussian KL for DDR); `--separate-networks`, `--minibatch-size` and
-`--lr-scaling` for the study's sweeps; checkpoints and `--resume`.
+squashing) and the reference Isaac Gym settings of CleanRL's ppo_continuous_action_isaacgym.py (4096 envs x 16 steps, 4
+epochs, 2 minibatches, lr 0.0026, clip 0.2, no entropy bonus, max grad norm 1); observations and rewards normalised by
+running statistics; the simulators' adapters in `continuous_tasks.py`. As in the Atari scripts: EnvPool's reset step
+(Isaac Gym's tasks reset at the start of the next step too) is masked out of the losses, advantages, reward statistics
+and metrics; the metrics of `metrics.py` every `--metrics-interval` iterations, with the Gaussian definitions (policy
+variance over the means, as the std is state-independent; exact Gaussian KL for DDR); `--separate-networks`,
+`--minibatch-size` and `--lr-scaling` for the study's sweeps; checkpoints and `--resume`.
 """
 
 from __future__ import annotations

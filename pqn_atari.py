@@ -2,11 +2,11 @@
 
     python pqn_atari.py --env-id Breakout-v5 --num-envs 8 --num-steps 128
 
-PQN (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning"): a Q-network with LayerNorm after every
-hidden layer, trained on-policy from parallel rollouts with Q(lambda) targets, epsilon-greedy exploration, no replay
-buffer and no target network. The paper's Sec. 6.1 uses CleanRL's PQN; the defaults are its Table 1. As in
-`ppo_atari_envpool.py`: EnvPool's reset step is masked out of the targets, the loss and the metrics (time-limit
-truncations bootstrap from max_a Q of the last observation); the metrics of `metrics.py` (plus `metrics/q_mean`) every
+PQN (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning"): a Q-network with LayerNorm after every hidden
+layer, trained on-policy from parallel rollouts with Q(lambda) targets, epsilon-greedy exploration, no replay buffer and no
+target network. The paper's Sec. 6.1 uses CleanRL's PQN; the defaults are its Table 1 (the epsilon decay: README). As in
+`ppo_atari_envpool.py`: EnvPool's reset step is masked out of the targets, the loss and the metrics (time-limit truncations
+bootstrap from max_a Q of the last observation); the metrics of `metrics.py` (plus `metrics/q_mean`) every
 `--metrics-interval` iterations; `--minibatch-size` and `--lr-scaling` for the sweeps; checkpoints and `--resume`.
 """
 

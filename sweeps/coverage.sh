@@ -10,12 +10,12 @@
 #
 # CPU default: GAMES=Breakout SEEDS="1" TOTAL_TIMESTEPS=20480.
 # Paper (SCALE=paper): GAMES=$COVERAGE_GAMES (illustrative games, sweeps/games.sh),
-# SEEDS="1 2 3", TOTAL_TIMESTEPS=10000000.
+# SEEDS="1 2 3 4 5" (the paper's five seeds of every setup, its Appendix A), TOTAL_TIMESTEPS=10000000.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source sweeps/games.sh
 if [[ ${SCALE:-cpu} == paper ]]; then
-    : "${GAMES:=$COVERAGE_GAMES}" "${SEEDS:=1 2 3}" "${TOTAL_TIMESTEPS:=10000000}"
+    : "${GAMES:=$COVERAGE_GAMES}" "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=10000000}"
 fi
 : "${GAMES:=Breakout}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=20480}" "${SHAPES:=8x128 128x8}"
 : "${RUNS_DIR:=runs/coverage}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"

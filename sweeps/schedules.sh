@@ -3,7 +3,7 @@
 # data-to-divergence ratio. At a fixed budget and a fixed batch of 1024:
 #   fixed_8x128, fixed_128x8      the two ends of the paper's Fig. 1a grid, for reference;
 #   grow, shrink                  N_envs 8 -> 32 -> 128 (N_RO 128 -> 32 -> 8) over thirds of the budget, and back;
-#   target_ddr                    8 x 128 with --target-ddr (PPO only): the clipping epsilon tracks the DDR target.
+#   target_ddr                    8 x 128 with --target-ddr (PPO, PPO-EWMA; PQN has no clipping epsilon to adapt).
 # aggregate.py report groups them by configuration and plots N_envs, clip_coef, DDR and score over training.
 #
 #   bash sweeps/schedules.sh                                   # small CPU version
