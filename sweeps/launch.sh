@@ -25,8 +25,9 @@
 #   - a run directory with done.json (the scripts' completion marker) -> skipped;
 #   - one with checkpoint.pt (interrupted, pre-empted, crashed) -> resumed with --resume;
 #   - otherwise the command starts a new run.
-# The run must have been trained with the command's flags (its args.json; --torch-threads aside): a run of
-# another budget or other flags under that name is neither skipped nor resumed but listed as a failure.
+# The run must have been trained with the command's flags (its args.json; a flag the command leaves out means the
+# script's default): a run of another budget or other flags under that name is neither skipped nor resumed but
+# listed as a failure.
 # With LAUNCHER=slurm a command whose job is still queued or running (in squeue, by its job name: sweep-<checksum
 # of the command>) is skipped too, so that a sweep re-run while its jobs wait submits none twice.
 # Failed commands are listed at the end with their log files; the exit status is 1 then.
@@ -62,34 +63,48 @@ flag_value() {
     [[ $2 =~ $pattern ]] && echo "${BASH_REMATCH[2]}"
 }
 
-# The flags of a command whose values differ from those in a run's args.json, as "--name there / here; ...";
-# nothing when all match. Not compared: --resume, --runs-dir, --torch-threads, a value "auto" (the script
-# chooses) and flags that args.json lacks.
+# The flags whose values differ between a run's args.json and a command, as "--name there / here; ...";
+# nothing when all match. A flag the command does not give stands for the script's default (read from its Args
+# class). Not compared: --resume, --runs-dir, --torch-threads, a value "auto" (the script chooses), the values a
+# script derives (N_envs and N_RO of a --schedule), and flags that args.json lacks.
 flag_differences() { # args.json, command
     python3 - "$1" "$2" <<'PYTHON'
-import itertools, json, shlex, sys
+import ast, contextlib, itertools, json, os, shlex, sys
 
 recorded, words = json.load(open(sys.argv[1])), shlex.split(sys.argv[2])
 script = next((i for i, word in enumerate(words) if word.endswith(".py")), 0)  # the flags follow the script
+defaults = {}  # Args' literal defaults; nothing when the script is not found
+if script and os.path.isfile(words[script]):
+    for node in ast.walk(ast.parse(open(words[script]).read())):
+        if isinstance(node, ast.ClassDef) and node.name == "Args":
+            for line in node.body:
+                if isinstance(line, ast.AnnAssign) and line.value and "Suppress" not in ast.unparse(line.annotation):
+                    with contextlib.suppress(ValueError):  # a computed default (exp_name)
+                        defaults[line.target.id] = ast.literal_eval(line.value)
 
 
 def same(there, here):
     try:
         return there is here if isinstance(here, bool) else float(here) == float(there)
     except (TypeError, ValueError):
-        return str(there) == here
+        return str(there) == str(here)
 
 
-differences = []
+given = {}
 for i, word in enumerate(words[script + 1 :], start=script + 1):
-    if not word.startswith("--"):
-        continue
-    name, _, value = word[2:].partition("=")
-    name = name.replace("-", "_")
-    values = [value] if value else list(itertools.takewhile(lambda w: not w.startswith("--"), words[i + 1 :]))
-    if not values:  # a boolean flag: --name or --no-name
-        name, values = (name[3:], [False]) if name not in recorded and name.startswith("no_") else (name, [True])
-    if name in ("resume", "runs_dir", "torch_threads") or name not in recorded or values == ["auto"]:
+    if word.startswith("--"):
+        name, _, value = word[2:].partition("=")
+        name = name.replace("-", "_")
+        values = [value] if value else list(itertools.takewhile(lambda w: not w.startswith("--"), words[i + 1 :]))
+        if not values:  # a boolean flag: --name or --no-name
+            name, values = (name[3:], [False]) if name not in recorded and name.startswith("no_") else (name, [True])
+        given[name] = values
+derived = {"num_envs", "num_steps"} if "schedule" in given else set()
+for name, default in defaults.items():
+    given.setdefault(name, list(default) if isinstance(default, tuple) else [default])
+differences = []
+for name, values in given.items():
+    if name in {"resume", "runs_dir", "torch_threads", *derived} or name not in recorded or values == ["auto"]:
         continue
     there = recorded[name] if isinstance(recorded[name], list) else [recorded[name]]
     if not (len(there) == len(values) and all(map(same, there, values))):

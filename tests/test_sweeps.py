@@ -329,6 +329,12 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
     other = subprocess.run(["bash", sweep], capture_output=True, text=True, env={**env, "TOTAL_TIMESTEPS": "1024"})
     assert other.returncode == 1 and other.stdout.count("NOT RUN") == 4, other.stdout + other.stderr
     assert "(--total-timesteps 512 there / 1024 here)" in other.stdout
+    # A flag left out now means the script's default (read from its Args), not the value the runs were trained with
+    default = {**env, "EXTRA_FLAGS": env["EXTRA_FLAGS"].replace(" --metrics-batch 24", "")}
+    other = subprocess.run(["bash", sweep], capture_output=True, text=True, env=default)
+    not_run = [line for line in other.stdout.splitlines() if "NOT RUN" in line]
+    assert other.returncode == 1 and len(not_run) == 4, other.stdout
+    assert all(line.endswith("(--metrics-batch 24 there / 2048 here): give this sweep another RUNS_DIR") for line in not_run)
     assert sorted(glob.glob(str(runs / "Breakout-v5__*"))) == run_dirs
 
 
