@@ -681,30 +681,28 @@ def parse_schedule(text: str) -> list[tuple[float, int, int]]:  # Copied from pp
 def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.parse_args
     """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
     args, checkpoint = tyro.cli(Args), None
-    # Flags that say how to run, not what to learn (those this script has): on --resume they come from the command line.
+    # Flags that say how to run, not what to learn (those this script has): on --resume, those given again replace the run's.
     runtime = {field.name for field in fields(Args)} & set(
         "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
         "channels_last fused_adam reuse_host_memory compile cudagraphs bf16 tf32".split()
     )
     if args.resume is not None:
         require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
+        done = os.path.join(os.path.dirname(args.resume), "done.json")  # absent: a run stopped while finishing completes
+        require(not os.path.exists(done), f"--resume {args.resume!r}: that run is finished ({done})")
         try:
             checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
         ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
         require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
-        defaults, run = asdict(Args()), checkpoint["args"]  # a flag given now, other than the run's, is not used: say so
-        given = [name for name, value in asdict(args).items() if value not in (defaults[name], run.get(name))]
-        if ignored := [f"--{name.replace('_', '-')}" for name in given if name not in runtime | {"resume"}]:
-            print(f"notice: --resume continues the run with its own flags; not used: {' '.join(ignored)}")
-        args = Args(**{**checkpoint["args"], **{name: getattr(args, name) for name in runtime}, "resume": args.resume})
-    args = validate_and_derive(args)
-    # A run with all its steps but no done.json stopped while finishing (e.g. recording the video): resuming completes it
-    done = checkpoint and os.path.exists(os.path.join(os.path.dirname(args.resume), "done.json"))
-    finished = f"--resume {args.resume!r}: that run is finished (done.json), with all its {args.planned_steps:,} steps"
-    require(not done or checkpoint["global_step"] < args.planned_steps, finished)
-    return args, checkpoint
+        given = {word[2:].split("=")[0].replace("-", "_") for word in sys.argv[1:] if word.startswith("--")}
+        given |= {name.removeprefix("no_") for name in given}  # --no-cuda gives cuda
+        run = checkpoint["args"]
+        if unused := [name for name in sorted(given & set(run) - runtime - {"resume"}) if getattr(args, name) != run[name]]:
+            print(f"notice: --resume continues the run with its own flags; not used: --{' --'.join(unused).replace('_', '-')}")
+        args = Args(**{**run, **{name: getattr(args, name) for name in runtime & given}, "resume": args.resume})
+    return validate_and_derive(args), checkpoint
 
 
 def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_envpool.start_run

@@ -442,6 +442,7 @@ def test_script_trains_checkpoints_and_resumes_on_cuda(script, speed, tmp_path):
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     checkpoint["args"]["total_timesteps"] = 512
     torch.save(checkpoint, checkpoint_path)
+    os.remove(os.path.join(run_dir, "done.json"))  # not finished any more: --resume takes it
     resumed = run_script(script, "--resume", checkpoint_path, "--cuda", *speed, env=ALL_CAPTURED, cuda=True)
     assert resumed.returncode == 0 and "resumed at iteration 5" in resumed.stdout, resumed.stderr
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 512

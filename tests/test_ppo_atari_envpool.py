@@ -393,7 +393,7 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     # same resume would complete the run's finishing steps (tests/test_sweeps.py's re-run)
     event_files = os.listdir(run_dir)
     again = run_script(SCRIPT, "--resume", checkpoint_path, "--no-cuda")
-    finished = f"error: --resume {checkpoint_path!r}: that run is finished (done.json), with all its 1,280 steps\n"
+    finished = f"error: --resume {checkpoint_path!r}: that run is finished ({os.path.join(run_dir, 'done.json')})\n"
     assert again.returncode == 2 and again.stderr == finished
     assert os.listdir(run_dir) == event_files
 
@@ -407,6 +407,7 @@ def test_resume_continues_torchs_random_numbers_where_the_checkpoint_left_them(m
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     checkpoint["args"]["total_timesteps"] = 128  # 2 more iterations for the resumed run
     torch.save(checkpoint, checkpoint_path)
+    os.remove(os.path.join(only_run_dir(tmp_path), "done.json"))  # not finished any more: --resume takes it
     at_first_rollout = []
     start_phase = ppo_atari_envpool.start_phase
     monkeypatch.setattr(
@@ -415,6 +416,8 @@ def test_resume_continues_torchs_random_numbers_where_the_checkpoint_left_them(m
     run_main(monkeypatch, ppo_atari_envpool, ["--resume", checkpoint_path, "--no-cuda"])
     assert torch.equal(at_first_rollout[0], checkpoint["rng"]["torch"])
     assert not torch.equal(checkpoint["rng"]["torch"], torch.manual_seed(1).get_state())  # 2 iterations drew from it
+    # A flag of how to run that the resume command does not give again is the run's: --checkpoint-interval 1 went on
+    assert torch.load(checkpoint_path, weights_only=True)["iteration"] == 4
 
 
 def test_metrics_sample_real_transitions_only(monkeypatch, tmp_path, tiny_ppo_flags):
