@@ -22,6 +22,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, fields
@@ -796,7 +797,12 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
 
         name = os.path.basename(run_dir)
         wandb_run = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=name, id=name, dir=run_dir)
-        wandb.init(**wandb_run, sync_tensorboard=True, config=asdict(args), resume="allow", save_code=True)
+        try:
+            wandb.init(**wandb_run, sync_tensorboard=True, config=asdict(args), resume="allow", save_code=True)
+        except Exception as error:  # noqa: BLE001 - e.g. no API key: one line, not wandb's traceback
+            fail(f"--track: Weights & Biases did not start ({' '.join(str(error).split())}); try WANDB_MODE=offline")
+    # A full disk in TensorBoard's writer thread reaches the main thread as the same OSError: one message, not two
+    threading.excepthook = lambda hook: None if issubclass(hook.exc_type, OSError) else threading.__excepthook__(hook)
     writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)  # hides the
     # points that the interrupted run logged after its checkpoint: the resumed run logs those steps again
     if not checkpoint:
@@ -837,9 +843,17 @@ def all_ranks_list(items: list) -> list:  # Copied from ppo_atari_envpool.all_ra
 
 # Copied from ppo_atari_envpool.save_checkpoint
 def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list, **modules) -> None:
-    """checkpoint.pt (state dicts, the loop's counters and adapted values, RNG states: tensors and plain data for
-    weights_only) and the new embeddings, each written to a temporary file and renamed: a crash never leaves half a
-    file. Process 0 only."""
+    """The new embeddings, then checkpoint.pt (state dicts, the loop's counters and adapted values, RNG states: tensors
+    and plain data for weights_only), each written to a temporary file and renamed: a crash never leaves half a file,
+    nor a checkpoint past embeddings that were not saved. Process 0 only."""
+    if embeddings:  # appended to the run's earlier ones, less any of the iterations that a resumed run trains again
+        path, buffer = os.path.join(run_dir, "embeddings.npz"), io.BytesIO()
+        earlier = dict(np.load(path)) if os.path.exists(path) else {}
+        before = earlier.get("iteration", np.zeros(0)) < embeddings[0]["iteration"][0]
+        chunks = [{key: values[before] for key, values in earlier.items()}, *embeddings]
+        np.savez_compressed(buffer, **{key: np.concatenate([chunk[key] for chunk in chunks if chunk]) for key in chunks[1]})
+        write_atomically(path, buffer.getvalue())
+        embeddings.clear()
     if modules and RANK == 0:
         # The training device's generator only: the run may resume on a machine with fewer GPUs.
         rng = {"torch": torch.get_rng_state(), "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
@@ -847,12 +861,6 @@ def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list
         buffer = io.BytesIO()
         torch.save(state | loop_state, buffer)
         write_atomically(os.path.join(run_dir, "checkpoint.pt"), buffer.getvalue())
-    if embeddings:  # appended to what the run saved before
-        path, buffer = os.path.join(run_dir, "embeddings.npz"), io.BytesIO()
-        chunks = ([dict(np.load(path))] if os.path.exists(path) else []) + embeddings
-        np.savez_compressed(buffer, **{key: np.concatenate([chunk[key] for chunk in chunks]) for key in chunks[0]})
-        write_atomically(path, buffer.getvalue())
-        embeddings.clear()
 
 
 # Copied from ppo_atari_envpool.stop_if_not_finite
@@ -886,9 +894,11 @@ def write_atomically(path: str, data: bytes) -> None:  # Copied from ppo_atari_e
 def stop_on_write_error(error: OSError) -> None:  # Copied from ppo_atari_envpool.stop_on_write_error
     """A full or unwritable disk ends the run with one line that names the file and the OS error, and how to resume
     from the last checkpoint when there is one; exit status 1 (2 is for bad flags)."""
-    checkpoint = os.path.join(os.path.dirname(error.filename or ""), "checkpoint.pt")
+    if error.filename is None:  # from TensorBoard's writer thread
+        fail(f"cannot write the event file: {error.strerror or error}; free space, then --resume its checkpoint", status=1)
+    checkpoint = os.path.join(os.path.dirname(error.filename), "checkpoint.pt")
     resume = f"; the last checkpoint is intact: free space, then --resume {checkpoint}" if os.path.isfile(checkpoint) else ""
-    fail(f"cannot write {error.filename or 'to the run directory'}: {error.strerror or error}{resume}", status=1)
+    fail(f"cannot write {error.filename}: {error.strerror or error}{resume}", status=1)
 
 
 def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_atari_envpool.restore_checkpoint
@@ -968,3 +978,5 @@ if __name__ == "__main__":
         main()
     except OSError as error:  # a full or unwritable disk, wherever it is met
         stop_on_write_error(error)
+    for signum in (signal.SIGTERM, signal.SIGINT):  # done: a signal while Python shuts down must not make exit 0 143
+        signal.signal(signum, signal.SIG_IGN)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 from conftest import ROOT, only_run_dir, read_scalars, run_script
@@ -154,6 +155,41 @@ def test_a_full_disk_at_start_leaves_no_half_written_file(tmp_path):
         assert os.listdir(run_dir) == []  # neither args.json nor its temporary file
 
 
+def test_a_disk_that_fills_up_under_the_event_file_stops_the_run_with_one_line(tmp_path):
+    """TensorBoard writes in a thread of its own, whose OSError names no file: one line (not also the thread's
+    traceback) that says which file, exit 1."""
+    with small_disk(str(tmp_path / "disk"), 1) as disk:
+        with open(os.path.join(disk, "filler"), "wb") as f:  # leave 24 KB: args.json fits, the events soon do not
+            f.write(b"\0" * (os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize - 24 * 1024))
+        result = run_script(SCRIPT, *TINY, "--total-timesteps", "6400", "--runs-dir", disk)
+    assert result.returncode == 1 and result.stderr == (
+        "error: cannot write the event file: No space left on device; free space, then --resume its checkpoint\n"
+    )
+
+
+def test_a_signal_once_the_run_has_finished_leaves_its_exit_status_0(tmp_path):
+    """Slurm's SIGTERM may land while Python shuts down after done.json, where Python has put back the default handler
+    (exit 143, no message: launch.sh listed the finished run as failed)."""
+    command = [sys.executable, SCRIPT, *TINY, "--total-timesteps", "64", "--runs-dir", str(tmp_path)]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not glob.glob(os.path.join(tmp_path, "*", "done.json")):
+        assert time.time() < deadline and process.poll() is None, process.stderr.read()
+        time.sleep(0.01)
+    while process.poll() is None:  # again and again until it has exited: one of them lands while Python shuts down
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.01)
+    assert process.wait() == 0 and process.stderr.read() == ""
+
+
+def test_track_without_a_weights_and_biases_login_exits_2_with_one_line(tmp_path):
+    env = {"WANDB_MODE": "online", "WANDB_API_KEY": "", "HOME": str(tmp_path)}  # no key in the environment or ~/.netrc
+    result = run_script(SCRIPT, *TINY, "--total-timesteps", "32", "--track", "--runs-dir", str(tmp_path / "runs"), env=env)
+    assert result.returncode == 2 and result.stderr.startswith("error: --track: Weights & Biases did not start (")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
 def test_a_failed_write_names_the_file_removes_the_temporary_file_and_keeps_the_old_one(tmp_path, monkeypatch, capsys):
     """The same path with an injected OSError (no root needed): write_atomically and stop_on_write_error."""
     import ppo_atari_envpool
@@ -172,6 +208,32 @@ def test_a_failed_write_names_the_file_removes_the_temporary_file_and_keeps_the_
         f"error: cannot write {path}: No space left on device; the last checkpoint is "
         f"intact: free space, then --resume {path}\n"
     )
+
+
+def test_embeddings_are_saved_before_the_checkpoint_and_a_resumed_run_replaces_the_iterations_it_trains_again(
+    tmp_path, monkeypatch
+):
+    """A checkpoint that cannot be written leaves the embeddings saved (the old order lost them for good); the resumed
+    run, which trains those iterations again, replaces their rows instead of adding them twice."""
+    import ppo_atari_envpool
+
+    def chunk(iteration):
+        return {"features": np.full((2, 3), iteration, np.float16), "iteration": np.full(2, iteration)}
+
+    args = ppo_atari_envpool.Args()
+    ppo_atari_envpool.save_checkpoint(str(tmp_path), args, {}, [chunk(2), chunk(4)])
+    failing = ppo_atari_envpool.write_atomically
+    monkeypatch.setattr(  # the disk fills up at the checkpoint
+        ppo_atari_envpool,
+        "write_atomically",
+        lambda path, data: failing(path, data) if path.endswith(".npz") else (_ for _ in ()).throw(OSError(errno.ENOSPC, "")),
+    )
+    with pytest.raises(OSError):
+        ppo_atari_envpool.save_checkpoint(str(tmp_path), args, {}, [chunk(6), chunk(8)], model=torch.nn.Linear(1, 1))
+    assert np.load(tmp_path / "embeddings.npz")["iteration"].tolist() == [2, 2, 4, 4, 6, 6, 8, 8]
+    ppo_atari_envpool.save_checkpoint(str(tmp_path), args, {}, [chunk(6)])  # resumed from the checkpoint of iteration 4
+    saved = np.load(tmp_path / "embeddings.npz")
+    assert saved["iteration"].tolist() == [2, 2, 4, 4, 6, 6] and saved["features"][:, 0].tolist() == [2, 2, 4, 4, 6, 6]
 
 
 def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path):
