@@ -508,7 +508,8 @@ def main() -> None:
         measured = {}
         if measure or args.target_ddr:  # each process samples its share; under torchrun all measure the whole sample
             valid_index = torch.nonzero(valid).squeeze(1)
-            sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch // WORLD_SIZE]]
+            share = args.metrics_batch // WORLD_SIZE + (RANK < args.metrics_batch % WORLD_SIZE)  # shares sum to it
+            sample = valid_index[torch.randperm(valid_index.numel(), device=device)[:share]]
         if measure:
             sampled = [all_ranks_cat(batch[name][sample]) for name in ("obs", "actions", "logits")]
             measured = measure_agent(agent, *sampled, batch_size, args.dormant_tau)
@@ -829,7 +830,8 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:
     torch.set_rng_state(checkpoint["rng"]["torch"])
     if checkpoint["rng"]["cuda"] and torch.cuda.is_available():  # older versions saved every visible GPU's: the first trained
         torch.cuda.set_rng_state(checkpoint["rng"]["cuda"][0])
-    print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
+    if RANK == 0:  # once, not once per torchrun process
+        print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
 
 

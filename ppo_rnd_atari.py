@@ -911,7 +911,8 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_a
     torch.set_rng_state(checkpoint["rng"]["torch"])
     if checkpoint["rng"]["cuda"] and torch.cuda.is_available():  # older versions saved every visible GPU's: the first trained
         torch.cuda.set_rng_state(checkpoint["rng"]["cuda"][0])
-    print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
+    if RANK == 0:  # once, not once per torchrun process
+        print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
 
 

@@ -683,7 +683,8 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     flags = [*TORCHRUN_FLAGS, "--schedule", "0:4x16,0.5:8x8", "--target-ddr", "1000"]
     single = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path / "single"))
     assert single.returncode == 0, single.stderr
-    result = run_torchrun(SCRIPT, 2, *flags, "--runs-dir", str(tmp_path / "two"), "--save-model")
+    embeddings = ["--save-embeddings", "--embeddings-per-iteration", "1000", "--metrics-batch", "25"]  # all it samples
+    result = run_torchrun(SCRIPT, 2, *flags, "--runs-dir", str(tmp_path / "two"), "--save-model", *embeddings)
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
@@ -706,6 +707,9 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     kl_behavior, ddr = dict(scalars["metrics/kl_behavior"]), dict(scalars["metrics/ddr"])
     assert sorted(kl_behavior) == [128, 256, 384, 512]
     assert all(ddr[step] == pytest.approx(64 / kl, rel=1e-5) for step, kl in kl_behavior.items())
+    # --metrics-batch 25 over 2 processes: 13 and 12 states, not 12 twice
+    iterations = np.load(os.path.join(run_dir, "embeddings.npz"))["iteration"]
+    assert np.unique(iterations, return_counts=True)[1].tolist() == [25] * 4
 
 
 def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint_and_resume_reaches_the_total(tmp_path):
@@ -731,7 +735,7 @@ def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint_and_resu
     assert 1 <= checkpoint["iteration"] < 40 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
     assert not glob.glob(os.path.join(tmp_path, "*", "done.json"))
     result = run_torchrun(SCRIPT, 2, "--resume", checkpoint_path, "--no-cuda")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0 and result.stdout.count("resumed at iteration") == 1, result.stdout + result.stderr
     run_dir = os.path.dirname(checkpoint_path)
     assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 2560
     assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 41)]
