@@ -113,11 +113,6 @@ def read_scalars(run_dir: str, tags: set[str] | None = None) -> dict[str, tuple[
     return scalars
 
 
-def read_scalar(run_dir: str, tag: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, values) of one scalar tag of a run directory; empty arrays when it has none."""
-    return read_scalars(run_dir, {tag}).get(tag, (np.zeros(0, dtype=np.int64), np.zeros(0)))
-
-
 def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
     """The runs of a sweep: their flags (args.json), identity and scalars."""
     runs, unfinished = [], 0
@@ -666,8 +661,9 @@ def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool)
         axis.legend(fontsize=6)
     if plotted:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        save(figure, out, pdf)
-    plt.close(figure)
+        save(figure, out, pdf)  # and closes it
+    else:
+        plt.close(figure)
     return tags
 
 
