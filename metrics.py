@@ -1,10 +1,10 @@
 """Measurements shared by every script: plasticity / optimisation metrics and score tables.
 
-Every function is pure (tensors or numbers in, numbers out) so that a test can check it on
+Every function is pure (tensors or numbers in, numbers or tensors out) so that a test can check it on
 hand-made inputs; the one exception, `hidden_activations`, records a network's hidden outputs
 for `dormant_percentage`. Definitions follow Appendix B of Mayor et al., "The Impact of
 On-Policy Parallelized Data Collection on Deep Reinforcement Learning Networks" (ICML 2025),
-unless a docstring says otherwise; `../shared/SPEC.md` pins the exact variants used here.
+unless a docstring says otherwise (the README's explanations of the logged metrics name the variants used here).
 """
 
 from __future__ import annotations
@@ -274,13 +274,13 @@ PROCGEN_RETURN_RANGE: dict[str, tuple[float, float]] = {
 }
 
 
-def _atari_game(env_id: str) -> str:
+def _game_name(env_id: str) -> str:
     return env_id.rsplit("/", maxsplit=1)[-1].split("-", maxsplit=1)[0]
 
 
 def human_normalized_score(env_id: str, score: float | np.ndarray) -> float | np.ndarray:
     """(score - random) / (human - random) for an Atari task ("Breakout-v5" or "Breakout")."""
-    game = _atari_game(env_id)
+    game = _game_name(env_id)
     if game not in ATARI_RANDOM_HUMAN:
         raise KeyError(f"no random/human scores for {game!r}; known: {sorted(ATARI_RANDOM_HUMAN)}")
     random_score, human_score = ATARI_RANDOM_HUMAN[game]
@@ -289,7 +289,7 @@ def human_normalized_score(env_id: str, score: float | np.ndarray) -> float | np
 
 def procgen_normalized_score(env_id: str, score: float | np.ndarray) -> float | np.ndarray:
     """(score - R_min) / (R_max - R_min) for a Procgen easy-mode task ("BigfishEasy-v0" or "bigfish")."""
-    name = _atari_game(env_id).lower()
+    name = _game_name(env_id).lower()
     if name.endswith("hard"):
         raise KeyError(f"no Procgen return range for hard mode ({env_id!r}); the table holds easy mode")
     game = name.removesuffix("easy")

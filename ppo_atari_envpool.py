@@ -105,12 +105,12 @@ class Args:
     clip_coef_bounds: tuple[float, float] = (0.01, 0.5)
     """with --target-ddr: the adapted clip_coef stays in [low, high]"""
     ddr_batch: int = 512
-    """with --target-ddr: states for the KL of the iterations without metrics (those use the metrics batch)"""
+    """with --target-ddr: states for the KL of the iterations without metrics (those use the metrics batch; at most it)"""
     separate_networks: bool = False
     """actor and critic get their own Nature-CNN encoder (paper Fig. 5)"""
     # Metrics
     metrics_interval: int = 10
-    """compute the metrics/ tags every this many iterations and on the last (0: never)"""
+    """compute the metrics/ tags every this many iterations and on the last (0: never; --target-ddr logs metrics/ddr always)"""
     metrics_batch: int = 2048
     """at most this many states of the rollout are used for the metrics (under torchrun, an equal share of each process's)"""
     dormant_tau: float = 0.025
@@ -873,7 +873,7 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
 @torch.no_grad()
 def record_video(agent: Agent, args: Args, run_dir: str) -> None:
     """One game of the final policy in EnvPool's Atari (the training preprocessing), rendered to MP4 (each kind of
-    environment has its own version; the Atari scripts copy this one)."""
+    environment has its own version; PPO-EWMA copies this one, PQN and RND have their own)."""
     from moviepy import ImageSequenceClip  # noqa: PLC0415 - only needed here
 
     options = dict(max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True, render_mode="rgb_array")

@@ -89,7 +89,7 @@ class Args:
     clip_coef: float = 0.1
     """PPO surrogate clipping epsilon (the first one, with --target-ddr)"""
     ewma_com: float = 8.0
-    """centre of mass of the proximal-policy EWMA in optimizer steps; beta = com / (com + 1)"""
+    """proximal-policy EWMA centre of mass in optimizer steps, beta = com / (com + 1) (the first, with --adapt ewma-com)"""
     importance_weight_cap: float = 100.0
     """cap on the importance weight pi_prox / pi_behavior (Hilton et al. 2022 cap pi_theta / pi_behavior at 100)"""
     clip_vloss: bool = True
@@ -115,12 +115,12 @@ class Args:
     ewma_com_bounds: tuple[float, float] = (0.5, 512.0)
     """with --target-ddr --adapt ewma-com: the adapted ewma_com stays in [low, high]"""
     ddr_batch: int = 512
-    """with --target-ddr: states for the KL of the iterations without metrics (those use the metrics batch)"""
+    """with --target-ddr: states for the KL of the iterations without metrics (those use the metrics batch; at most it)"""
     separate_networks: bool = False
     """actor and critic get their own Nature-CNN encoder (paper Fig. 5)"""
     # Metrics
     metrics_interval: int = 10
-    """compute the metrics/ tags every this many iterations and on the last (0: never)"""
+    """compute the metrics/ tags every this many iterations and on the last (0: never; --target-ddr logs metrics/ddr always)"""
     metrics_batch: int = 2048
     """at most this many states of the rollout are used for the metrics (under torchrun, an equal share of each process's)"""
     dormant_tau: float = 0.025
@@ -170,7 +170,7 @@ class Args:
     tf32: bool = True
     """on CUDA, float32 matmuls and convolutions on TF32 tensor cores (cuDNN's default for convolutions); off: strict fp32"""
     # Derived after validation (not flags)
-    phases: tyro.conf.Suppress[list] = field(default_factory=list)  # (first step, N_envs, N_RO) of each phase
+    phases: tyro.conf.Suppress[list] = field(default_factory=list)  # per phase: (first step, N_envs, N_RO, minibatch size)
     batch_size: tyro.conf.Suppress[int] = 0  # of the first phase
     num_iterations: tyro.conf.Suppress[int] = 0
     planned_steps: tyro.conf.Suppress[int] = 0  # steps of the num_iterations full batches that fit the budget
@@ -613,8 +613,8 @@ def validate_and_derive(args: Args) -> Args:
     cuda = args.cuda and torch.cuda.is_available()
     require(not args.cudagraphs or (args.compile and cuda), "--cudagraphs needs --compile and CUDA")
     require(args.metrics_interval or not args.save_embeddings, "--save-embeddings needs --metrics-interval > 0")
-    ddr_flags = not args.target_ddr_final and args.adapt == "clip-coef"
-    require(args.target_ddr or ddr_flags, "--target-ddr-final and --adapt ewma-com need --target-ddr")
+    no_ddr_only_flags = not args.target_ddr_final and args.adapt == "clip-coef"
+    require(args.target_ddr or no_ddr_only_flags, "--target-ddr-final and --adapt ewma-com need --target-ddr")
     spec_class = envpool.registration.registry.specs.get(args.env_id, (0, 0))[1]  # (module, spec class, ...)
     require(spec_class == "AtariEnvSpec", f"--env-id {args.env_id!r} is not an EnvPool Atari task (e.g. Breakout-v5, Pong-v5)")
     return plan_iterations(args)
@@ -926,7 +926,7 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
 @torch.no_grad()  # Copied from ppo_atari_envpool.record_video
 def record_video(agent: Agent, args: Args, run_dir: str) -> None:
     """One game of the final policy in EnvPool's Atari (the training preprocessing), rendered to MP4 (each kind of
-    environment has its own version; the Atari scripts copy this one)."""
+    environment has its own version; PPO-EWMA copies this one, PQN and RND have their own)."""
     from moviepy import ImageSequenceClip  # noqa: PLC0415 - only needed here
 
     options = dict(max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True, render_mode="rgb_array")

@@ -109,7 +109,7 @@ class Args:
     update_proportion: float = 0.25
     """fraction of each minibatch's states (random mask) used in the predictor loss"""
     num_iterations_obs_norm_init: int = 50
-    """observation-normalisation warm-up: this many x num_steps random-action steps before training"""
+    """observation-normalisation warm-up: this many rollouts (num_steps x num_envs steps each) of random actions first"""
     # Metrics
     metrics_interval: int = 10
     """compute the metrics/ tags every this many iterations and on the last (0: never)"""

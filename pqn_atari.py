@@ -145,7 +145,7 @@ class Args:
     tf32: bool = True
     """on CUDA, float32 matmuls and convolutions on TF32 tensor cores (cuDNN's default for convolutions); off: strict fp32"""
     # Derived after validation (not flags)
-    phases: tyro.conf.Suppress[list] = field(default_factory=list)  # (first step, N_envs, N_RO) of each phase
+    phases: tyro.conf.Suppress[list] = field(default_factory=list)  # per phase: (first step, N_envs, N_RO, minibatch size)
     batch_size: tyro.conf.Suppress[int] = 0  # of the first phase
     num_iterations: tyro.conf.Suppress[int] = 0
     planned_steps: tyro.conf.Suppress[int] = 0  # steps of the num_iterations full batches that fit the budget
