@@ -655,7 +655,8 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
             run_dir = name
         except OSError as error:
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
-        write_atomically(os.path.join(run_dir, "args.json"), json.dumps(asdict(args), indent=2).encode())
+        flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
+        write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
     if args.track:

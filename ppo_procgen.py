@@ -427,7 +427,7 @@ def main() -> None:
         seed = draws[RANK].view(np.int32).tolist()
     levels = dict(num_levels=args.num_levels, start_level=args.start_level)
     envs = envpool.make(args.env_id, "gymnasium", num_envs=num_envs, seed=seed, **levels)
-    # Rollout storage on the training device (a variant adds a field in one line); pixels stay uint8 until the network.
+    # Rollout storage on the training device, pixels uint8 until the network (a variant adds a field here, sets it in the loop)
     size = (args.num_steps, num_envs)
     # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
     shape = (size[0] * size[1], *envs.observation_space.shape)
@@ -683,7 +683,8 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
             run_dir = name
         except OSError as error:
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
-        write_atomically(os.path.join(run_dir, "args.json"), json.dumps(asdict(args), indent=2).encode())
+        flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
+        write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
     if args.track:

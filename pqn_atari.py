@@ -323,7 +323,7 @@ def start_phase(args: Args, phase: Phase, iteration: int, device: torch.device, 
     EnvPool's state cannot be saved. Not a copy: PQN stores max_a Q where PPO stores its policy and values."""
     options = dict(max_episode_steps=args.max_episode_steps, episodic_life=True, reward_clip=True)
     envs = envpool.make(args.env_id, "gymnasium", num_envs=phase.num_envs, seed=args.seed + iteration - 1, **options)
-    size = (phase.num_steps, phase.num_envs)  # a variant adds a field to the rollout in one line
+    size = (phase.num_steps, phase.num_envs)  # a variant adds a field to the rollout in one line here, one in the loop
     # Frames laid out as the network reads them (NHWC with --channels-last): the flattened batch is a view, not a copy.
     shape = (size[0] * size[1], *envs.observation_space.shape)
     frames = torch.empty(shape, dtype=torch.uint8, device=device, memory_format=q_network.memory_format).zero_()
@@ -605,7 +605,8 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
             run_dir = name
         except OSError as error:
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
-        write_atomically(os.path.join(run_dir, "args.json"), json.dumps(asdict(args), indent=2).encode())
+        flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
+        write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
     if args.track:

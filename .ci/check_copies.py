@@ -32,10 +32,10 @@ MARKER = re.compile(r"# Copied from (\w+)\.(\w+)(?: with (.+))?")
 TRAILING_MARKER = re.compile(r"(?<=\S)  # Copied from \w+\.\w+(?: with .+)?$")
 
 
-def top_level_blocks(lines: list[str]) -> dict[str, tuple[int, int]]:
+def top_level_blocks(lines: list[str], filename: str) -> dict[str, tuple[int, int]]:
     """Each top-level function or class: name -> (index of its first line, decorators included; index after its last)."""
     blocks = {}
-    for node in ast.parse("".join(lines)).body:
+    for node in ast.parse("".join(lines), filename).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             blocks[node.name] = (min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1, node.end_lineno)
     return blocks
@@ -61,7 +61,11 @@ def check(root: Path, fix: bool, only: list[str] | None = None) -> int:
     """Check (or fix) every copy in the scripts at the top of `root` (or in those named in `only`); print a line per
     problem; the number of problems."""
     sources = {path.stem: path.read_text().splitlines(keepends=True) for path in sorted(root.glob("*.py"))}
-    blocks = {name: top_level_blocks(lines) for name, lines in sources.items()}
+    try:
+        blocks = {name: top_level_blocks(lines, f"{name}.py") for name, lines in sources.items()}
+    except SyntaxError as error:
+        print(f"{error.filename}:{error.lineno}: cannot parse it ({error.msg}): no copy was checked")
+        return 1
     problems, copies = 0, 0
     for script, lines in sources.items():
         if only and f"{script}.py" not in only:
@@ -95,12 +99,14 @@ def check(root: Path, fix: bool, only: list[str] | None = None) -> int:
                     continue
                 diff = difflib.unified_diff(expected, lines[start:end], f"{source}.py ({name})", f"{script}.py", n=1)
                 print(f"{where}: {starts[first]} differs from {source}.{name}:\n{''.join(diff)}")
+                print(f"{where}: change {source}.py, then `make fix-copies`; a block that must differ: delete its marker")
             problems += 1
         for start, end, expected in sorted(replacements, reverse=True):  # from the bottom: earlier indices stay valid
             lines[start:end] = expected
         if replacements:
             (root / f"{script}.py").write_text("".join(lines))
-            blocks[script] = top_level_blocks(lines)  # its blocks moved: a script copying from it reads the new lines
+            # its blocks moved: a script copying from it reads the new lines
+            blocks[script] = top_level_blocks(lines, f"{script}.py")
     if not problems:
         print(f"{copies} copies checked: each is identical to its source" if not fix else f"{copies} copies up to date")
     return problems
@@ -112,4 +118,6 @@ if __name__ == "__main__":
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent, help="the repository")
     parser.add_argument("scripts", nargs="*", help="only the copies in these scripts (file names; default: all)")
     options = parser.parse_args()
+    if unknown := [name for name in options.scripts if not (options.root / Path(name).name).is_file()]:
+        parser.error(f"no such script in {options.root}: {', '.join(unknown)}")
     sys.exit(1 if check(options.root, options.fix, [Path(name).name for name in options.scripts]) else 0)

@@ -20,8 +20,8 @@
 #                 the job, each starting NPROC processes that meet at the first node; ask for the nodes
 #                 and GPUs in SBATCH_ARGS, e.g. NPROC=4 SBATCH_ARGS="--nodes=2 --gres=gpu:4".
 #
-# A command that names its run (--env-id, --exp-name and optionally --seed and --runs-dir,
-# as every sweep script does) is matched to runs/<env_id>__<exp_name>__<seed>__<time>/:
+# A command that names its run (--env-id, and optionally --exp-name (default: the script's name), --seed and
+# --runs-dir, as every sweep script does) is matched to runs/<env_id>__<exp_name>__<seed>__<time>/:
 #   - a run directory with done.json (the scripts' completion marker) -> skipped;
 #   - one with checkpoint.pt (interrupted, pre-empted, crashed) -> resumed with --resume;
 #   - otherwise the command starts a new run.
@@ -64,23 +64,27 @@ flag_value() {
 }
 
 # The flags whose values differ between a run's args.json and a command, as "--name there / here; ...";
-# nothing when all match. A flag the command does not give stands for the script's default (read from its Args
-# class). Not compared: --resume, --runs-dir, --torch-threads, a value "auto" (the script chooses), the values a
-# script derives (N_envs and N_RO of a --schedule), and flags that args.json lacks.
+# nothing when all match; the script too (args.json's "script"). A flag the command does not give stands for the
+# script's default (read from its Args class; one computed from more than numbers must be given). Not compared:
+# --resume, --runs-dir, --torch-threads, a value "auto" (the script chooses), the values a script derives (N_envs and
+# N_RO of a --schedule), and flags that args.json lacks (an older run).
 flag_differences() { # args.json, command
     python3 - "$1" "$2" <<'PYTHON'
 import ast, contextlib, itertools, json, os, shlex, sys
 
 recorded, words = json.load(open(sys.argv[1])), shlex.split(sys.argv[2])
 script = next((i for i, word in enumerate(words) if word.endswith(".py")), 0)  # the flags follow the script
-defaults = {}  # Args' literal defaults; nothing when the script is not found
+defaults, computed = {}, set()  # Args' defaults, and those computed from more than numbers (exp_name); none without it
 if script and os.path.isfile(words[script]):
     for node in ast.walk(ast.parse(open(words[script]).read())):
         if isinstance(node, ast.ClassDef) and node.name == "Args":
             for line in node.body:
                 if isinstance(line, ast.AnnAssign) and line.value and "Suppress" not in ast.unparse(line.annotation):
-                    with contextlib.suppress(ValueError):  # a computed default (exp_name)
-                        defaults[line.target.id] = ast.literal_eval(line.value)
+                    arithmetic = (ast.Constant, ast.Tuple, ast.List, ast.Load, ast.BinOp, ast.UnaryOp, ast.operator)
+                    if all(isinstance(part, (*arithmetic, ast.unaryop)) for part in ast.walk(line.value)):  # e.g. 2e-4 * 2
+                        defaults[line.target.id] = eval(ast.unparse(line.value), {"__builtins__": {}})
+                    else:
+                        computed.add(line.target.id)
 
 
 def same(there, here):
@@ -103,6 +107,10 @@ derived = {"num_envs", "num_steps"} if "schedule" in given else set()
 for name, default in defaults.items():
     given.setdefault(name, list(default) if isinstance(default, tuple) else [default])
 differences = []
+if script and recorded.get("script", os.path.basename(words[script])) != os.path.basename(words[script]):  # a variant's?
+    differences.append(f"{recorded['script']} there / {os.path.basename(words[script])} here")
+for name in sorted((computed - set(given) - {"exp_name"}) & set(recorded)):
+    differences.append(f"--{name.replace('_', '-')} {recorded[name]} there / ? here (a computed default: give the flag)")
 for name, values in given.items():
     if name in {"resume", "runs_dir", "torch_threads", *derived} or name not in recorded or values == ["auto"]:
         continue
@@ -119,6 +127,7 @@ resolve() {
     local command=$1 runs_dir env_id exp_name seed run_dir checkpoint="" differences
     env_id=$(flag_value --env-id "$command")
     exp_name=$(flag_value --exp-name "$command")
+    [[ -z $exp_name && $command =~ ([^[:space:]/]+)\.py([[:space:]]|$) ]] && exp_name=${BASH_REMATCH[1]} # the scripts' default
     if [[ -z $env_id || -z $exp_name ]]; then
         echo "$command"
         return

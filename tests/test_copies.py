@@ -38,6 +38,7 @@ def test_a_changed_line_in_a_copy_of_pqn_fails_with_a_diff_and_fix_restores_it(t
     assert result.returncode == 1
     assert f"pqn_atari.py:{marker + 1}: {block} differs from" in result.stdout
     assert "+" + lines[body] in result.stdout and "-" + original.splitlines(keepends=True)[body] in result.stdout
+    assert "then `make fix-copies`; a block that must differ: delete its marker" in result.stdout  # --fix would undo it
 
     fixed = run_checker(tmp_path, "--fix")
     assert fixed.returncode == 0 and f"rewrote {block}" in fixed.stdout
@@ -67,6 +68,16 @@ def test_a_marker_at_the_end_of_the_first_line_checks_and_fixes_the_same(tmp_pat
     assert run_checker(tmp_path, "--fix").returncode == 0 and (tmp_path / "b.py").read_text() == copy
     (tmp_path / "b.py").write_text("def g():\n    pass  # Copied from a.f\n")  # not the block's first line
     assert "b.py:2: '# Copied from a.f' is not on or right above the first line" in run_checker(tmp_path).stdout
+
+
+def test_a_script_that_does_not_parse_or_a_misspelt_name_is_named_in_one_line(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "scratch.py").write_text("def f(:\n")
+    result = run_checker(tmp_path)
+    assert result.returncode == 1 and result.stdout == "scratch.py:1: cannot parse it (invalid syntax): no copy was checked\n"
+    (tmp_path / "scratch.py").unlink()
+    misspelt = run_checker(tmp_path, "--fix", "aa.py")  # it would fix nothing and say all is well
+    assert misspelt.returncode == 2 and misspelt.stderr.splitlines()[-1].endswith(f"no such script in {tmp_path}: aa.py")
 
 
 def test_renames_apply_to_whole_words(tmp_path):

@@ -122,6 +122,24 @@ def test_runs_trained_with_other_flags_are_neither_skipped_nor_resumed(tmp_path)
     assert "(--clip-coef-bounds 0.01 0.5 there / 0.02 0.5 here)" in conflicts[1]
 
 
+def test_a_variants_run_is_told_apart_from_the_run_of_the_script_it_copies(tmp_path):
+    """A copied script (a variant) under the same run name: args.json's "script" differs; a default computed from
+    more than numbers cannot be compared and must be given; the run name's exp_name defaults to the script's name."""
+    args_class = "class Args:\n    exp_name: str = os.path.basename(__file__)\n    kl_coef: float = 0.1 * 2\n"
+    (tmp_path / "ppo_variant.py").write_text(args_class + '    device: str = os.environ.get("DEVICE", "cpu")\n')
+    recorded = {"script": "ppo_atari_envpool.py", "exp_name": "ppo_variant", "kl_coef": 0.2, "device": "cpu"}
+    run_dir = make_run(tmp_path / "runs", "Pong-v5__ppo_variant__1__100", ["done.json"])
+    (run_dir / "args.json").write_text(json.dumps(recorded))
+    result = launch("echo ppo_variant.py --env-id Pong-v5\n", tmp_path)  # no --exp-name: the script's name
+    assert result.returncode == 1, result.stdout
+    differences = "(ppo_atari_envpool.py there / ppo_variant.py here; --device cpu there / ? here (a computed default: give"
+    assert differences in result.stdout
+    (run_dir / "args.json").write_text(json.dumps(recorded | {"script": "ppo_variant.py"}))
+    assert "[1] skipped (finished)" in launch("echo ppo_variant.py --env-id Pong-v5 --device cpu\n", tmp_path).stdout
+    changed = launch("echo ppo_variant.py --env-id Pong-v5 --device cpu --kl-coef 0.3\n", tmp_path)
+    assert "(--kl-coef 0.2 there / 0.3 here)" in changed.stdout  # 0.1 * 2 was read as 0.2: not a difference above
+
+
 def launch_with_fake_sbatch(commands, tmp_path, squeue="", **env):
     """launch() with LAUNCHER=slurm, an `sbatch` that records its arguments (one a line) in sbatch.log, and an `squeue`
     whose shell code is `squeue` (default: none queued)."""
@@ -233,7 +251,7 @@ def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeyp
             monkeypatch.setattr(sys, "argv", [script, *words[2:]])
             args = module.parse_args()[0]
             run_dir = make_run(tmp_path / "runs", f"{args.env_id}__{args.exp_name}__{args.seed}__100", ["done.json"])
-            (run_dir / "args.json").write_text(json.dumps(dataclasses.asdict(args)))
+            (run_dir / "args.json").write_text(json.dumps({"script": script, **dataclasses.asdict(args)}))
             finished.append(shlex.join(["true", *words[1:]]))  # were it not skipped: nothing to run
         assert capsys.readouterr().err == ""
         result = launch("\n".join(finished) + "\n", tmp_path)
