@@ -23,6 +23,7 @@ if importlib.util.find_spec("isaacgym"):  # Isaac Gym refuses to load once torch
 
 import contextlib
 import ctypes
+import fcntl
 import io
 import itertools
 import json
@@ -657,6 +658,14 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
         write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
+    # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it)
+    lock = os.open(os.path.join(run_dir, "lock"), os.O_WRONLY | os.O_CREAT)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fail(f"{run_dir} is being trained by another process (it holds the run's lock file)")
+    except OSError:
+        pass  # a file system without locks (some cluster mounts): unguarded
     if args.cuda and not torch.cuda.is_available():
         print("notice: CUDA is not available, training on the CPU")
     if args.track:

@@ -7,7 +7,9 @@
 # Environment:
 #   LAUNCHER      local (default): run with JOBS parallel workers on this machine
 #                 print: only print the commands (a dry run; nothing is checked or started)
-#                 slurm: submit each command as one job with `sbatch --wrap`
+#                 slurm: submit each command as one job with `sbatch --wrap`; the job looks at its run when it
+#                 starts, and again when Slurm requeues it (pre-emption, --requeue): it resumes from the checkpoint
+#                 exec: check the one command of the file as below and run it in this process (what a Slurm job does)
 #   JOBS          local parallel workers (default 1); they share the cores: unless OMP_NUM_THREADS is
 #                 set, each run's torch gets cores / (JOBS x NPROC) threads (OMP_NUM_THREADS, and
 #                 --torch-threads for the project's scripts), as runs that each take every core slow
@@ -23,6 +25,7 @@
 # A command that names its run (--env-id, and optionally --exp-name (default: the script's name), --seed and
 # --runs-dir, as every sweep script does) is matched to runs/<env_id>__<exp_name>__<seed>__<time>/:
 #   - a run directory with done.json (the scripts' completion marker) -> skipped;
+#   - one whose lock file a process holds (the scripts hold it while they train) -> skipped as running;
 #   - one with checkpoint.pt (interrupted, pre-empted, crashed) -> resumed with --resume;
 #   - otherwise the command starts a new run.
 # The run must have been trained with the command's flags (its args.json; a flag the command leaves out means the
@@ -36,11 +39,11 @@ set -uo pipefail
 LAUNCHER=${LAUNCHER:-local}
 JOBS=${JOBS:-1}
 SBATCH_ARGS=${SBATCH_ARGS:-}
-LOG_DIR=${LOG_DIR:-sweep_logs/$(date +%Y%m%d-%H%M%S)}
+LOG_DIR=${LOG_DIR:-sweep_logs/$(date +%Y%m%d-%H%M%S)-$$}
 NPROC=${NPROC:-1}
 
-case $LAUNCHER in local | print | slurm) ;; *)
-    echo "error: LAUNCHER must be local, print or slurm, got '$LAUNCHER'" >&2
+case $LAUNCHER in local | print | slurm | exec) ;; *)
+    echo "error: LAUNCHER must be local, print, slurm or exec, got '$LAUNCHER'" >&2
     exit 2
     ;;
 esac
@@ -121,8 +124,15 @@ print("; ".join(differences))
 PYTHON
 }
 
-# Print the command to run for this line: as is, with --resume, nothing when finished, or "CONFLICT <why>"
-# when the run under its name was trained with other flags.
+# Exit status 1 when another process holds the lock file (a file system without locks: 0).
+try_lock='import errno, fcntl, sys
+try:
+    fcntl.flock(open(sys.argv[1]), fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError as error:
+    sys.exit(error.errno in (errno.EAGAIN, errno.EWOULDBLOCK))'
+
+# Print the command to run for this line: as is, with --resume, nothing when finished, "RUNNING <run>" when a process
+# trains its run, or "CONFLICT <why>" when the run under its name was trained with other flags.
 resolve() {
     local command=$1 runs_dir env_id exp_name seed run_dir checkpoint="" differences
     env_id=$(flag_value --env-id "$command")
@@ -135,7 +145,7 @@ resolve() {
     runs_dir=$(flag_value --runs-dir "$command")
     seed=$(flag_value --seed "$command")
     for run_dir in "${runs_dir:-runs}/${env_id}__${exp_name}__${seed:-1}__"*/; do
-        [[ -f $run_dir/done.json || -f $run_dir/checkpoint.pt ]] || continue
+        [[ -f $run_dir/done.json || -f $run_dir/checkpoint.pt || -f $run_dir/lock ]] || continue
         differences=""
         if [[ -f $run_dir/args.json ]] && ! differences=$(flag_differences "$run_dir/args.json" "$command" 2>&1); then
             echo "CONFLICT cannot compare the command's flags with ${run_dir}args.json: $differences"
@@ -145,6 +155,10 @@ resolve() {
             return
         fi
         [[ -f $run_dir/done.json ]] && return
+        if [[ -f $run_dir/lock ]] && ! python3 -c "$try_lock" "$run_dir/lock"; then
+            echo "RUNNING ${run_dir%/}"
+            return
+        fi
         [[ -f $run_dir/checkpoint.pt ]] && checkpoint=${run_dir}checkpoint.pt
     done
     if [[ -n $checkpoint ]]; then
@@ -158,10 +172,10 @@ resolve() {
 with_torchrun() {
     local line=${1#"${1%%[![:space:]]*}"} # without leading blanks
     local python=${line%% *} rest=${line#* }
-    if [[ $LAUNCHER == slurm ]]; then # \$ : expanded in the job, on its first node
+    if [[ $LAUNCHER == slurm ]]; then # \$ : expanded in the job, on its first node, at a port of the job's own
         echo "srun --ntasks-per-node=1 $python -m torch.distributed.run --nnodes=\$SLURM_NNODES --nproc-per-node=$NPROC" \
-            "--rdzv-id=\$SLURM_JOB_ID --rdzv-backend=c10d" \
-            "--rdzv-endpoint=\$(scontrol show hostnames \"\$SLURM_JOB_NODELIST\" | head -n 1):29500 $rest"
+            "--rdzv-id=\$SLURM_JOB_ID --rdzv-backend=c10d --rdzv-endpoint=\$(scontrol show hostnames" \
+            "\"\$SLURM_JOB_NODELIST\" | head -n 1):\$((29500 + SLURM_JOB_ID % 10000)) $rest"
     else
         echo "$python -m torch.distributed.run --standalone --nproc-per-node=$NPROC $rest"
     fi
@@ -171,7 +185,7 @@ mapfile -t lines < <(cat "${1:-/dev/stdin}")
 commands=()
 for line in "${lines[@]}"; do
     [[ -z ${line//[[:space:]]/} || $line =~ ^[[:space:]]*# ]] && continue
-    ((NPROC > 1)) && line=$(with_torchrun "$line")
+    ((NPROC > 1)) && [[ $LAUNCHER != exec ]] && line=$(with_torchrun "$line")
     commands+=("$line")
 done
 
@@ -180,16 +194,32 @@ if [[ $LAUNCHER == print ]]; then
     exit 0
 fi
 
+if [[ $LAUNCHER == exec ]]; then # one command, in this process: a Slurm job's, each time it starts
+    if ((${#commands[@]} != 1)); then
+        echo "error: LAUNCHER=exec runs one command, got ${#commands[@]}" >&2
+        exit 2
+    fi
+    command=$(resolve "${commands[0]}")
+    case $command in
+    "") echo "skipped (finished): ${commands[0]}" && exit 0 ;;
+    RUNNING*) echo "NOT RUN: ${command#RUNNING } is being trained by another process" >&2 && exit 1 ;;
+    CONFLICT*) echo "NOT RUN: ${command#CONFLICT }" >&2 && exit 1 ;;
+    esac
+    echo "$command"
+    exec bash -c "$command"
+fi
+
 if [[ $LAUNCHER == local ]]; then # (Slurm jobs keep the environment of their own node)
-    cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+    cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) # nproc: the cores this process may use
     threads=$((cores / (JOBS * NPROC)))
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((threads > 0 ? threads : 1))}
 fi
 
 mkdir -p "$LOG_DIR"
+LOG_DIR=$(cd "$LOG_DIR" && pwd) # a Slurm job reads its command there
 failures="$LOG_DIR/failed.txt"
 : >"$failures"
-started=0 skipped=0 resumed=0 queued=0 queued_jobs=""
+started=0 skipped=0 resumed=0 queued=0 running=0 queued_jobs=""
 if [[ $LAUNCHER == slurm ]] && ! queued_jobs=$(squeue --noheader --user="$(id -un)" --format=%j 2>&1); then
     echo "warning: squeue failed ($queued_jobs): commands whose jobs still wait may be submitted again" >&2
     queued_jobs=""
@@ -202,7 +232,8 @@ run_local() { # index, command
         echo "[$1] done"
     else
         local status=$?
-        echo "[$1] FAILED (exit $status), log: $log"
+        local why=$( ((status == 130 || status == 143)) && echo ": interrupted, a re-run resumes it")
+        echo "[$1] FAILED (exit $status$why), log: $log"
         printf 'exit %s | %s | log: %s\n' "$status" "$2" "$log" >>"$failures"
     fi
 }
@@ -227,6 +258,11 @@ for line in "${commands[@]}"; do
         skipped=$((skipped + 1))
         continue
     fi
+    if [[ $command == RUNNING* ]]; then
+        echo "[$index] skipped (being trained by another process: ${command#RUNNING }): $line"
+        running=$((running + 1))
+        continue
+    fi
     [[ $command == *" --resume "* && $line != *" --resume "* ]] && resumed=$((resumed + 1))
     if [[ $LAUNCHER == local && $command =~ (ppo_[a-z_]+|pqn_atari)\.py && $command != *--torch-threads* ]]; then
         command+=" --torch-threads $OMP_NUM_THREADS"
@@ -234,8 +270,10 @@ for line in "${commands[@]}"; do
     started=$((started + 1))
     if [[ $LAUNCHER == slurm ]]; then
         # shellcheck disable=SC2086 - SBATCH_ARGS is a list of arguments
-        if job=$(sbatch --parsable $SBATCH_ARGS $( ((NPROC > 1)) && echo --ntasks-per-node=1) --job-name="$job_name" --output="$LOG_DIR/$index-%j.log" \
-            --wrap="$command" 2>&1); then
+        printf '%s\n' "$line" >"$LOG_DIR/$job_name.command" # the job checks its run at each start: LAUNCHER=exec
+        printf -v wrap 'exec env LAUNCHER=exec bash %q %q' "$(cd "$(dirname "$0")" && pwd)/launch.sh" "$LOG_DIR/$job_name.command"
+        if job=$(sbatch --parsable $SBATCH_ARGS $( ((NPROC > 1)) && echo --ntasks-per-node=1) --job-name="$job_name" \
+            --output="$LOG_DIR/$index-%j.log" --wrap="$wrap" 2>&1); then
             echo "[$index] submitted job $job: $command"
         else
             echo "[$index] FAILED to submit: $job"
@@ -249,7 +287,7 @@ for line in "${commands[@]}"; do
 done
 wait
 
-waiting=$( ((queued)) && echo " and $queued queued or running")
+waiting=$( ((queued)) && echo " and $queued queued or running")$( ((running)) && echo ", $running being trained")
 echo "launched $started ($resumed resumed from a checkpoint), skipped $skipped finished$waiting; logs in $LOG_DIR"
 if [[ -s $failures ]]; then
     echo "$(wc -l <"$failures") command(s) failed:"

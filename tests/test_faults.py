@@ -183,6 +183,40 @@ def test_a_signal_once_the_run_has_finished_leaves_its_exit_status_0(tmp_path):
     assert process.wait() == 0 and process.stderr.read() == ""
 
 
+def test_a_run_is_trained_by_one_process_at_a_time(tmp_path):
+    """A script holds its run's lock file while it trains, released however it exits (sweeps/launch.sh skips a run
+    whose lock is held): a --resume of a run that another process trains (a second launcher on the same RUNS_DIR)
+    exits 2 before it touches the run; it purged the other's TensorBoard points and ended its done.json early."""
+    import fcntl
+
+    def locked(path):
+        try:
+            with open(path) as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+    command = [sys.executable, SCRIPT, *TINY, "--total-timesteps", "100000", "--runs-dir", str(tmp_path)]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not any(locked(path) for path in glob.glob(os.path.join(tmp_path, "*", "lock"))):
+        assert time.time() < deadline and process.poll() is None, process.stderr.read()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=300) == 128 + signal.SIGTERM, process.stderr.read()
+    run_dir = only_run_dir(tmp_path)
+    assert not locked(os.path.join(run_dir, "lock"))  # released by the exit
+    with open(os.path.join(run_dir, "lock")) as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process trains the run
+        files = sorted(os.listdir(run_dir))
+        second = run_script(SCRIPT, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
+        assert second.returncode == 2, second.stderr
+        assert second.stderr == f"error: {run_dir} is being trained by another process (it holds the run's lock file)\n"
+        assert sorted(os.listdir(run_dir)) == files  # no new event file
+
+
 def test_track_without_a_weights_and_biases_login_exits_2_with_one_line(tmp_path):
     env = {"WANDB_MODE": "online", "WANDB_API_KEY": "", "HOME": str(tmp_path)}  # no key in the environment or ~/.netrc
     result = run_script(SCRIPT, *TINY, "--total-timesteps", "32", "--track", "--runs-dir", str(tmp_path / "runs"), env=env)

@@ -159,13 +159,51 @@ def launch_with_fake_sbatch(commands, tmp_path, squeue="", **env):
     )
 
 
+def job_commands(tmp_path):
+    """The command of each job submitted so far (sbatch.log): its --wrap is LAUNCHER=exec of a file with the command."""
+    wraps = [arg for arg in (tmp_path / "sbatch.log").read_text().splitlines() if arg.startswith("--wrap=")]
+    return [open(shlex.split(wrap)[-1]).read().strip() for wrap in wraps]
+
+
 def test_slurm_mode_submits_each_command_with_sbatch(tmp_path):
     result = launch_with_fake_sbatch("echo one --seed 1\necho two\n", tmp_path, SBATCH_ARGS="--gres=gpu:1 --time=1:00:00")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[1] submitted job 4242: echo one --seed 1" in result.stdout
     submitted = (tmp_path / "sbatch.log").read_text().splitlines()
     assert submitted.count("--gres=gpu:1") == 2 and submitted.count("--time=1:00:00") == 2
-    assert "--wrap=echo one --seed 1" in submitted and "--wrap=echo two" in submitted
+    assert job_commands(tmp_path) == ["echo one --seed 1", "echo two"]
+
+
+def test_a_slurm_job_decides_at_each_start_whether_to_resume(tmp_path):
+    """Slurm requeues a pre-empted job with the command it was submitted with: the job itself (LAUNCHER=exec) looks
+    at its run each time it starts: new, resumed from the checkpoint of its first start, finished, or trained by
+    another process. Locally such a run is skipped too."""
+    command = "echo x.py --env-id Pong-v5 --exp-name ppo"
+    assert launch_with_fake_sbatch(command + "\n", tmp_path).returncode == 0
+    (wrap,) = [arg[len("--wrap=") :] for arg in (tmp_path / "sbatch.log").read_text().splitlines() if "--wrap=" in arg]
+    environment = {**os.environ, "NPROC": "4"}  # the job's environment is the submitter's: not wrapped again
+
+    def start_job():
+        return subprocess.run(["sh", "-c", wrap], capture_output=True, text=True, cwd=tmp_path, env=environment)
+
+    assert start_job().stdout.splitlines()[-1] == "x.py --env-id Pong-v5 --exp-name ppo"
+    run_dir = make_run(tmp_path / "runs", "Pong-v5__ppo__1__100", ["checkpoint.pt"])  # pre-empted; requeued:
+    (run_dir / "args.json").write_text(json.dumps({"script": "x.py", "env_id": "Pong-v5", "exp_name": "ppo"}))
+    assert (
+        start_job().stdout.splitlines()[-1]
+        == f"x.py --env-id Pong-v5 --exp-name ppo --resume runs/{run_dir.name}/checkpoint.pt"
+    )
+    hold = "import fcntl, sys; lock = open('lock', 'w'); fcntl.flock(lock, fcntl.LOCK_EX); print(flush=True); sys.stdin.read()"
+    with subprocess.Popen([sys.executable, "-c", hold], cwd=run_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as holder:
+        holder.stdout.readline()  # the lock is held
+        job = start_job()
+        assert job.returncode == 1 and job.stderr == f"NOT RUN: runs/{run_dir.name} is being trained by another process\n"
+        local = launch(command + "\n", tmp_path)
+        assert local.returncode == 0 and f"[1] skipped (being trained by another process: runs/{run_dir.name})" in local.stdout
+        holder.stdin.close()
+    assert launch(command + "\n", tmp_path).stdout.startswith("[1] start: ")  # the lock is free: resumed
+    (run_dir / "done.json").touch()
+    assert start_job().stdout == f"skipped (finished): {command}\n"
 
 
 def test_slurm_rerun_submits_no_command_whose_job_still_waits(tmp_path):
@@ -179,8 +217,7 @@ def test_slurm_rerun_submits_no_command_whose_job_still_waits(tmp_path):
     assert second.returncode == 0, second.stdout + second.stderr
     assert "[1] skipped (queued or running as Slurm job sweep-" in second.stdout and "[2] submitted job 4242" in second.stdout
     assert "launched 1 (0 resumed from a checkpoint), skipped 0 finished and 1 queued or running" in second.stdout
-    submitted = (tmp_path / "sbatch.log").read_text().splitlines()
-    assert [arg for arg in submitted if arg.startswith("--wrap=")] == ["--wrap=echo one --seed 1", "--wrap=echo two --seed 1"]
+    assert job_commands(tmp_path) == ["echo one --seed 1", "echo two --seed 1"]
     # squeue failing (not on this node, controller down): a warning, and the commands are submitted
     failed = launch_with_fake_sbatch(commands, tmp_path, squeue="echo 'slurm_load_jobs error' >&2; exit 1")
     assert failed.returncode == 0 and failed.stdout.count("submitted job 4242") == 2, failed.stdout
@@ -206,9 +243,10 @@ def test_nproc_under_slurm_starts_torchrun_on_every_node(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     submitted = (tmp_path / "sbatch.log").read_text().splitlines()
     assert "--nodes=2" in submitted and "--ntasks-per-node=1" in submitted
-    wrap = next(arg for arg in submitted if arg.startswith("--wrap="))
-    assert wrap.startswith("--wrap=srun --ntasks-per-node=1 python -m torch.distributed.run --nnodes=$SLURM_NNODES")
-    assert "--nproc-per-node=4" in wrap and "--rdzv-id=$SLURM_JOB_ID" in wrap and wrap.endswith(" train.py --seed 1")
+    (job,) = job_commands(tmp_path)
+    assert job.startswith("srun --ntasks-per-node=1 python -m torch.distributed.run --nnodes=$SLURM_NNODES")
+    assert "--nproc-per-node=4" in job and "--rdzv-id=$SLURM_JOB_ID" in job and job.endswith(" train.py --seed 1")
+    assert ":$((29500 + SLURM_JOB_ID % 10000)) " in job  # two jobs that share a first node meet on ports of their own
 
 
 @pytest.mark.parametrize(
