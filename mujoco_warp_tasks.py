@@ -135,8 +135,8 @@ class WarpTasks:
 
     def observation(self, reset: torch.Tensor) -> torch.Tensor:
         """(N, obs_dim). Worlds just reset have no contact forces yet (MuJoCo's reset zeroes them, and its forward
-        pass does not compute them)."""
-        contact = self.contact_forces() * ~reset[:, None, None]
+        pass does not compute them): 0, even where the last step left a NaN."""
+        contact = torch.where(reset[:, None, None], 0.0, self.contact_forces())
         parts = [self.qpos[:, 2:], self.qvel]
         if self.name == "Humanoid":
             parts += [self.cinert[:, 1:].flatten(1), self.cvel[:, 1:].flatten(1), self.qfrc_actuator[:, 6:]]
@@ -242,6 +242,7 @@ class WarpTasks:
         # The worlds that ended at the last step: a new episode, its first observation, reward 0, not ended.
         self.reset_worlds(restarting)
         obs = torch.where(restarting[:, None], self.observation(restarting), obs)
-        rewards, terminations, truncations = (x * ~restarting for x in (rewards, terminations, truncations))
+        rewards = torch.where(restarting, 0.0, rewards)  # 0 even after a NaN state (an unstable world terminates)
+        terminations, truncations = terminations & ~restarting, truncations & ~restarting
         self.ended.copy_(terminations | truncations)
         return obs, rewards, terminations.float(), truncations.float()

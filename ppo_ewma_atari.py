@@ -745,11 +745,12 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
         write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
-    # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it)
+    # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it). A
+    # POSIX lock (lockf): it works over NFS, and this process may lock it again (tests run main() twice in-process)
     lock = os.open(os.path.join(run_dir, "lock"), os.O_WRONLY | os.O_CREAT)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another process holds it
         fail(f"{run_dir} is being trained by another process (it holds the run's lock file)")
     except OSError:
         pass  # a file system without locks (some cluster mounts): unguarded

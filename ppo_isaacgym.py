@@ -405,7 +405,12 @@ def main() -> None:
 
     # A resumed run starts new episodes from another env seed: the simulators' state cannot be saved.
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
-    envs = make_tasks(args, num_envs, args.seed + start_iteration - 1 + RANK * num_envs, device)
+    if RANK == 0:  # --backend auto's choice
+        print(f"{args.env_id} on {args.backend}, {args.num_envs} envs on the {device.type.upper()}", flush=True)
+    try:
+        envs = make_tasks(args, num_envs, args.seed + start_iteration - 1 + RANK * num_envs, device)
+    except (MemoryError, torch.OutOfMemoryError):  # MuJoCo Warp allocates every world's state at once
+        fail(f"--num-envs {args.num_envs}: the simulator's state does not fit in the {device.type.upper()}'s memory")
     (obs_dim,), (action_dim,) = envs.observation_space.shape, envs.action_space.shape
     bounds = torch.as_tensor(np.stack([envs.action_space.low, envs.action_space.high]), dtype=torch.float32, device=device)
     agent = Agent(obs_dim, action_dim, args.separate_networks, args.bf16).to(device)
@@ -658,11 +663,12 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
         write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
-    # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it)
+    # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it). A
+    # POSIX lock (lockf): it works over NFS, and this process may lock it again (tests run main() twice in-process)
     lock = os.open(os.path.join(run_dir, "lock"), os.O_WRONLY | os.O_CREAT)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another process holds it
         fail(f"{run_dir} is being trained by another process (it holds the run's lock file)")
     except OSError:
         pass  # a file system without locks (some cluster mounts): unguarded

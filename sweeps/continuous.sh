@@ -17,6 +17,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source sweeps/games.sh
 : "${BACKEND:=envpool}"
+if [[ ! $BACKEND =~ ^(envpool|mjwarp|isaacgym)$ ]]; then # not auto: a re-run finds its runs by the task's name there
+    echo "error: BACKEND must be envpool, mjwarp or isaacgym, got '$BACKEND'" >&2
+    exit 2
+fi
 if [[ ${SCALE:-cpu} == paper ]]; then
     if [[ $BACKEND == envpool ]]; then : "${GAMES:=${CONTINUOUS_TASKS// /-v5 }-v5}"; else : "${GAMES:=$CONTINUOUS_TASKS}"; fi
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=30000000}" "${BASE:=1024x16}" "${MULTIPLIERS:=1 2 4 8}"
@@ -30,7 +34,7 @@ for game in $GAMES; do
     # run): Ant-v5 and Humanoid-v5 on EnvPool, Ant and Humanoid on Isaac Gym and MuJoCo Warp
     case $BACKEND:$game in
     envpool:Ant | envpool:Humanoid) game=$game-v5 ;;
-    envpool:* | auto:*) ;;
+    envpool:*) ;;
     *:Ant-v5 | *:Humanoid-v5) game=${game%-v5} ;;
     esac
     for seed in $SEEDS; do

@@ -70,7 +70,7 @@ flag_value() {
 # nothing when all match; the script too (args.json's "script"). A flag the command does not give stands for the
 # script's default (read from its Args class; one computed from more than numbers must be given). Not compared:
 # --resume, --runs-dir, --torch-threads, a value "auto" (the script chooses), the values a script derives (N_envs and
-# N_RO of a --schedule), and flags that args.json lacks (an older run).
+# N_RO of a --schedule, the minibatch size or count the command leaves out), and flags that args.json lacks.
 flag_differences() { # args.json, command
     python3 - "$1" "$2" <<'PYTHON'
 import ast, contextlib, itertools, json, os, shlex, sys
@@ -107,6 +107,7 @@ for i, word in enumerate(words[script + 1 :], start=script + 1):
             name, values = (name[3:], [False]) if name not in recorded and name.startswith("no_") else (name, [True])
         given[name] = values
 derived = {"num_envs", "num_steps"} if "schedule" in given else set()
+derived.add("num_minibatches" if "minibatch_size" in given else "minibatch_size")  # some scripts record the other
 for name, default in defaults.items():
     given.setdefault(name, list(default) if isinstance(default, tuple) else [default])
 differences = []
@@ -127,9 +128,9 @@ PYTHON
 # Exit status 1 when another process holds the lock file (a file system without locks: 0).
 try_lock='import errno, fcntl, sys
 try:
-    fcntl.flock(open(sys.argv[1]), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fcntl.lockf(open(sys.argv[1], "a"), fcntl.LOCK_EX | fcntl.LOCK_NB)
 except OSError as error:
-    sys.exit(error.errno in (errno.EAGAIN, errno.EWOULDBLOCK))'
+    sys.exit(error.errno in (errno.EAGAIN, errno.EACCES))'
 
 # Print the command to run for this line: as is, with --resume, nothing when finished, "RUNNING <run>" when a process
 # trains its run, or "CONFLICT <why>" when the run under its name was trained with other flags.

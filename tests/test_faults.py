@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, only_run_dir, read_scalars, run_script
+from conftest import ROOT, only_run_dir, read_scalars, run_main, run_script
 from torch.utils.tensorboard import SummaryWriter
 
 AGGREGATE = os.path.join(ROOT, "sweeps", "aggregate.py")
@@ -189,11 +189,11 @@ def test_a_run_is_trained_by_one_process_at_a_time(tmp_path):
     exits 2 before it touches the run; it purged the other's TensorBoard points and ended its done.json early."""
     import fcntl
 
-    def locked(path):
+    def locked(path):  # by another process (a POSIX lock, as the scripts take)
         try:
-            with open(path) as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            with open(path, "a") as lock:
+                fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):
             return True
         return False
 
@@ -208,8 +208,8 @@ def test_a_run_is_trained_by_one_process_at_a_time(tmp_path):
     assert process.wait(timeout=300) == 128 + signal.SIGTERM, process.stderr.read()
     run_dir = only_run_dir(tmp_path)
     assert not locked(os.path.join(run_dir, "lock"))  # released by the exit
-    with open(os.path.join(run_dir, "lock")) as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process trains the run
+    with open(os.path.join(run_dir, "lock"), "a") as lock:
+        fcntl.lockf(lock, fcntl.LOCK_EX)  # another process trains the run
         files = sorted(os.listdir(run_dir))
         second = run_script(SCRIPT, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
         assert second.returncode == 2, second.stderr
@@ -394,6 +394,20 @@ def test_a_nan_observation_from_the_simulator_stops_the_continuous_run_before_a_
     ]
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert checkpoint["iteration"] == 2 and all(tensor.isfinite().all() for tensor in checkpoint["obs_rms"].values())
+
+
+def test_envs_that_do_not_fit_in_memory_exit_2_with_one_line(tmp_path, monkeypatch, capsys):
+    import ppo_isaacgym
+
+    def out_of_memory(*_):
+        raise MemoryError("Unable to allocate 9.2 GiB for an array")  # numpy's, from mujoco_warp.make_data
+
+    monkeypatch.setattr(ppo_isaacgym, "make_tasks", out_of_memory)
+    flags = ["--backend", "envpool", "--env-id", "Ant-v5", "--no-cuda", "--num-envs", "262144", "--runs-dir", str(tmp_path)]
+    with pytest.raises(SystemExit) as exited:
+        run_main(monkeypatch, ppo_isaacgym, flags)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == "error: --num-envs 262144: the simulator's state does not fit in the CPU's memory\n"
 
 
 @pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_ewma_atari", "ppo_procgen", "ppo_isaacgym"])

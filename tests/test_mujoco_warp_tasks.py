@@ -117,6 +117,18 @@ def test_contacts_under_elliptic_cones(name, monkeypatch):
     assert largest_force > 1.0  # the comparison went through contacts
 
 
+def test_a_world_whose_state_went_nan_terminates_and_restarts_finite():
+    """A NaN state (an unstable simulation) fails Gymnasium's finite-state health check: the world terminates, and
+    its reset step is the new episode's finite first observation with reward 0, not NaN * 0."""
+    envs = mujoco_warp_tasks.WarpTasks("Ant", 4, seed=0, device=torch.device("cpu"))
+    envs.reset()
+    envs.qvel[0, 0] = float("nan")
+    _, _, terminations, _ = envs.step(torch.zeros(4, 8))
+    assert terminations[0] == 1
+    obs, rewards, terminations, _ = envs.step(torch.zeros(4, 8))  # world 0's reset step
+    assert obs[0].isfinite().all() and rewards[0] == 0 and terminations[0] == 0
+
+
 def test_reset_step_time_limit_and_reset_noise():
     """EnvPool's convention: the step after an episode ends returns the next episode's first observation with reward 0;
     a time-limit end is a truncation; the reset noise follows Gymnasium's (qpos uniform in +-0.1 around qpos0; qvel

@@ -193,7 +193,7 @@ def test_a_slurm_job_decides_at_each_start_whether_to_resume(tmp_path):
         start_job().stdout.splitlines()[-1]
         == f"x.py --env-id Pong-v5 --exp-name ppo --resume runs/{run_dir.name}/checkpoint.pt"
     )
-    hold = "import fcntl, sys; lock = open('lock', 'w'); fcntl.flock(lock, fcntl.LOCK_EX); print(flush=True); sys.stdin.read()"
+    hold = "import fcntl, sys; lock = open('lock', 'w'); fcntl.lockf(lock, fcntl.LOCK_EX); print(flush=True); sys.stdin.read()"
     with subprocess.Popen([sys.executable, "-c", hold], cwd=run_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as holder:
         holder.stdout.readline()  # the lock is held
         job = start_job()
@@ -290,7 +290,7 @@ def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeyp
             args = module.parse_args()[0]
             run_dir = make_run(tmp_path / "runs", f"{args.env_id}__{args.exp_name}__{args.seed}__100", ["done.json"])
             (run_dir / "args.json").write_text(json.dumps({"script": script, **dataclasses.asdict(args)}))
-            finished.append(shlex.join(["true", *words[1:]]))  # were it not skipped: nothing to run
+            finished.append(shlex.join(["true", os.path.join(ROOT, script), *words[2:]]))  # its Args' defaults count
         assert capsys.readouterr().err == ""
         result = launch("\n".join(finished) + "\n", tmp_path)
         assert result.returncode == 0 and result.stdout.count("skipped (finished)") == len(finished), result.stdout
@@ -535,7 +535,12 @@ def flag_values(command, *flags):
 
 @pytest.mark.parametrize("sweep", SWEEPS, ids=os.path.basename)
 def test_sweep_refuses_arguments_and_an_unknown_scale_before_anything_runs(sweep, tmp_path):
-    for arguments, setting in (["--help"], {}), ([], {"SCALE": "papr"}):
+    refusals = (
+        (["--help"], {}),
+        ([], {"SCALE": "papr"}),
+        ([], {"BACKEND": "auto"} if "continuous" in sweep else {"SCALE": "x"}),
+    )
+    for arguments, setting in refusals:
         env = {**os.environ, "LOG_DIR": str(tmp_path / "logs"), "PYTHON": "false", **setting}
         result = subprocess.run(["bash", sweep, *arguments], capture_output=True, text=True, env=env, timeout=60)
         assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
