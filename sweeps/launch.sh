@@ -73,7 +73,7 @@ flag_value() {
 # N_RO of a --schedule, the minibatch size or count the command leaves out), and flags that args.json lacks.
 flag_differences() { # args.json, command
     python3 - "$1" "$2" <<'PYTHON'
-import ast, contextlib, itertools, json, os, shlex, sys
+import ast, itertools, json, os, shlex, sys
 
 recorded, words = json.load(open(sys.argv[1])), shlex.split(sys.argv[2])
 script = next((i for i, word in enumerate(words) if word.endswith(".py")), 0)  # the flags follow the script
