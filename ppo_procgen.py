@@ -717,7 +717,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     log_lines = SimpleNamespace(write=lambda text: text.strip() and print(text.strip(), flush=True), flush=lambda: None)
     output = dict(file=sys.stdout, mininterval=0.5) if sys.stdout.isatty() else dict(file=log_lines, mininterval=30)
     initial = checkpoint["global_step"] if checkpoint else 0
-    progress = tqdm(total=args.total_timesteps, initial=initial, unit="step", unit_scale=True, **output)
+    progress = tqdm(total=args.planned_steps, initial=initial, unit="step", unit_scale=True, **output)  # whole batches
     return run_dir, writer, progress, stop_signal
 
 

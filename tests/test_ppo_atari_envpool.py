@@ -421,6 +421,15 @@ def test_resume_continues_torchs_random_numbers_where_the_checkpoint_left_them(m
     assert torch.load(checkpoint_path, weights_only=True)["iteration"] == 4
 
 
+def test_the_progress_bar_ends_at_the_whole_batches_that_fit_the_budget(tmp_path):
+    """--total-timesteps 100 in batches of 2 x 16 steps trains 96: the bar (a plain line when not on a terminal) ends
+    at 96 of 96, not at 96 % of 100 as if the run had stopped early."""
+    flags = ["--no-cuda", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "100", "--metrics-interval", "0"]
+    result = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("100%|##########| 96.0/96.0 "), result.stdout
+
+
 def test_metrics_sample_real_transitions_only(monkeypatch, tmp_path, tiny_ppo_flags):
     """With a 5-step time limit one step in six or more is a reset step: a metrics batch larger than the rollout measures
     exactly its real transitions (the valid ones that compute_gae got), none of the reset steps."""
