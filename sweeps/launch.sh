@@ -13,7 +13,8 @@
 #   JOBS          local parallel workers (default 1); they share the cores: unless OMP_NUM_THREADS is
 #                 set, each run's torch gets cores / (JOBS x NPROC) threads (OMP_NUM_THREADS, and
 #                 --torch-threads for the project's scripts), as runs that each take every core slow
-#                 each other down
+#                 each other down; with several GPUs (CUDA_VISIBLE_DEVICES's, else nvidia-smi's), each
+#                 worker gets NPROC of its own (in turn, when the workers need more than there are)
 #   SBATCH_ARGS   extra sbatch arguments for LAUNCHER=slurm, e.g. "--gres=gpu:1 --time=24:00:00"
 #   LOG_DIR       where each command's output goes (default sweep_logs/<date-time>)
 #   NPROC         run each command ("PYTHON SCRIPT FLAGS") as NPROC processes of one run with torchrun
@@ -210,26 +211,32 @@ if [[ $LAUNCHER == exec ]]; then # one command, in this process: a Slurm job's, 
     exec bash -c "$command"
 fi
 
+gpus=()
 if [[ $LAUNCHER == local ]]; then # (Slurm jobs keep the environment of their own node)
     cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) # nproc: the cores this process may use
     threads=$((cores / (JOBS * NPROC)))
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((threads > 0 ? threads : 1))}
+    if [[ -n ${CUDA_VISIBLE_DEVICES+set} ]]; then # set, even to none: those
+        IFS=, read -ra gpus <<<"$CUDA_VISIBLE_DEVICES"
+    else
+        mapfile -t gpus < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)
+    fi
 fi
 
 mkdir -p "$LOG_DIR"
 LOG_DIR=$(cd "$LOG_DIR" && pwd) # a Slurm job reads its command there
 failures="$LOG_DIR/failed.txt"
 : >"$failures"
-started=0 skipped=0 resumed=0 queued=0 running=0 queued_jobs=""
+started=0 skipped=0 resumed=0 queued=0 running=0 queued_jobs="" worker_pids=()
 if [[ $LAUNCHER == slurm ]] && ! queued_jobs=$(squeue --noheader --user="$(id -un)" --format=%j 2>&1); then
     echo "warning: squeue failed ($queued_jobs): commands whose jobs still wait may be submitted again" >&2
     queued_jobs=""
 fi
 
-run_local() { # index, command
+run_local() { # index, command, its GPUs (none: all)
     local log="$LOG_DIR/$1.log"
     echo "[$1] $2" >"$log"
-    if bash -c "$2" >>"$log" 2>&1; then
+    if env ${3:+CUDA_VISIBLE_DEVICES=$3} bash -c "$2" >>"$log" 2>&1; then
         echo "[$1] done"
     else
         local status=$?
@@ -282,8 +289,15 @@ for line in "${commands[@]}"; do
         fi
     else
         while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
-        echo "[$index] start: $command"
-        run_local "$index" "$command" &
+        devices=""
+        if ((${#gpus[@]} > 1)); then # the GPUs of a free worker slot
+            busy=" $(jobs -rp | tr '\n' ' ')"
+            for ((slot = 0; slot < JOBS; slot++)); do [[ $busy == *" ${worker_pids[slot]:-none} "* ]] || break; done
+            for ((i = 0; i < NPROC; i++)); do devices+=${devices:+,}${gpus[(slot * NPROC + i) % ${#gpus[@]}]}; done
+        fi
+        echo "[$index] start${devices:+ on GPU $devices}: $command"
+        run_local "$index" "$command" "$devices" &
+        [[ -n $devices ]] && worker_pids[slot]=$!
     fi
 done
 wait

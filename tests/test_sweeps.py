@@ -140,6 +140,28 @@ def test_a_variants_run_is_told_apart_from_the_run_of_the_script_it_copies(tmp_p
     assert "(--kl-coef 0.2 there / 0.3 here)" in changed.stdout  # 0.1 * 2 was read as 0.2: not a difference above
 
 
+def test_local_workers_get_gpus_of_their_own(tmp_path, monkeypatch):
+    """On a box of several GPUs, JOBS workers do not all train on GPU 0: each worker slot gets its own GPU (NPROC of
+    them), those of CUDA_VISIBLE_DEVICES when it is set (empty: none), else nvidia-smi's."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nprintf '0\\n1\\n2\\n'\n")  # a box of 3 GPUs
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    commands = "".join(f'echo "$CUDA_VISIBLE_DEVICES" > gpu{i}; sleep 0.{i}\n' for i in range(1, 6))
+
+    def gpus(**env):
+        result = launch(commands, tmp_path, JOBS="2", **env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return [(tmp_path / f"gpu{i}").read_text().strip() for i in range(1, 6)]
+
+    assigned = gpus()
+    assert sorted(assigned[:2]) == ["0", "1"] and set(assigned) == {"0", "1"}  # two workers, two GPUs, taken in turn
+    assert set(gpus(CUDA_VISIBLE_DEVICES="5,7")) == {"5", "7"}
+    assert set(gpus(CUDA_VISIBLE_DEVICES="")) == {""}  # hidden: every GPU stays hidden
+
+
 def launch_with_fake_sbatch(commands, tmp_path, squeue="", **env):
     """launch() with LAUNCHER=slurm, an `sbatch` that records its arguments (one a line) in sbatch.log, and an `squeue`
     whose shell code is `squeue` (default: none queued)."""
