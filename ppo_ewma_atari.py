@@ -579,7 +579,8 @@ def main() -> None:
             writer.add_scalar("charts/episodic_length", finished_length, step)
             recent_returns.append(finished_return)
         finished_games.clear()
-        progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
+        if recent_returns:  # none until a game ends
+            progress.set_postfix(episodic_return=np.mean(recent_returns), refresh=False)
         progress.update(global_step - progress.n)
         loop_state = dict(iteration=iteration, global_step=global_step, clip_coef=clip_coef, ewma_com=ewma_com)
         loop_state["ewma_weight_sum"] = ewma_weight_sum

@@ -528,7 +528,8 @@ def main() -> None:
             writer.add_scalar("charts/episodic_return", episode_return, step)
             writer.add_scalar("charts/episodic_length", length, step)
             recent_returns.append(episode_return)
-        progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
+        if recent_returns:  # none until a game ends
+            progress.set_postfix(episodic_return=np.mean(recent_returns), refresh=False)
         progress.update(global_step - progress.n)
         loop_state = {"iteration": iteration, "global_step": global_step}
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:

@@ -657,7 +657,8 @@ def main() -> None:
             writer.add_scalar("charts/episodic_length", finished_length, step)
             recent_returns.append(finished_return)
         finished_games.clear()
-        progress.set_postfix(episodic_return=np.mean(recent_returns) if recent_returns else float("nan"), refresh=False)
+        if recent_returns:  # none until a game ends
+            progress.set_postfix(episodic_return=np.mean(recent_returns), refresh=False)
         progress.update(global_step - progress.n)
         if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
             save_checkpoint(run_dir, args, loop_state(), embeddings, **state)
