@@ -748,7 +748,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
         write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
     # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it). A
     # POSIX lock (lockf): it works over NFS, and this process may lock it again (tests run main() twice in-process)
-    lock = os.open(os.path.join(run_dir, "lock"), os.O_WRONLY | os.O_CREAT)
+    lock = os.open(os.path.join(run_dir, "lock"), os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another process holds it

@@ -118,6 +118,8 @@ if __name__ == "__main__":
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent, help="the repository")
     parser.add_argument("scripts", nargs="*", help="only the copies in these scripts (file names; default: all)")
     options = parser.parse_args()
-    if unknown := [name for name in options.scripts if not (options.root / Path(name).name).is_file()]:
+    if unknown := [
+        name for name in options.scripts if not (name.endswith(".py") and (options.root / Path(name).name).is_file())
+    ]:
         parser.error(f"no such script in {options.root}: {', '.join(unknown)}")
     sys.exit(1 if check(options.root, options.fix, [Path(name).name for name in options.scripts]) else 0)

@@ -16,7 +16,7 @@
 #                 each other down; with several GPUs (CUDA_VISIBLE_DEVICES's, else nvidia-smi's), each
 #                 worker gets NPROC of its own (in turn, when the workers need more than there are)
 #   SBATCH_ARGS   extra sbatch arguments for LAUNCHER=slurm, e.g. "--gres=gpu:1 --time=24:00:00"
-#   LOG_DIR       where each command's output goes (default sweep_logs/<date-time>)
+#   LOG_DIR       where each command's output goes (default sweep_logs/<date-time>-<pid>)
 #   NPROC         run each command ("PYTHON SCRIPT FLAGS") as NPROC processes of one run with torchrun
 #                 (default 1: as is). Locally: `PYTHON -m torch.distributed.run --standalone
 #                 --nproc-per-node NPROC SCRIPT FLAGS`. With LAUNCHER=slurm: one srun task per node of
@@ -108,7 +108,11 @@ for i, word in enumerate(words[script + 1 :], start=script + 1):
             name, values = (name[3:], [False]) if name not in recorded and name.startswith("no_") else (name, [True])
         given[name] = values
 derived = {"num_envs", "num_steps"} if "schedule" in given else set()
-derived.add("num_minibatches" if "minibatch_size" in given else "minibatch_size")  # some scripts record the other
+if "minibatch_size" in given:  # some scripts record the minibatch count they derive from a given size ...
+    derived.add("num_minibatches")
+elif "schedule" not in given and recorded.get("minibatch_size") and recorded.get("num_minibatches"):  # ... or the size
+    if recorded["minibatch_size"] * recorded["num_minibatches"] == recorded["batch_size"]:  # (same split either way)
+        derived.add("minibatch_size")
 for name, default in defaults.items():
     given.setdefault(name, list(default) if isinstance(default, tuple) else [default])
 differences = []
@@ -126,12 +130,19 @@ print("; ".join(differences))
 PYTHON
 }
 
-# Exit status 1 when another process holds the lock file (a file system without locks: 0).
-try_lock='import errno, fcntl, sys
+# Whether a process holds the run's lock: it trains the run. A shared lock for an instant, which only a trainer's
+# exclusive one refuses (a lock file that cannot be read, or a file system without locks: no).
+lock_held() {
+    [[ -f $1/lock ]] && ! python3 -c 'import errno, fcntl, sys
 try:
-    fcntl.lockf(open(sys.argv[1], "a"), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    lock = open(sys.argv[1])
+except OSError:
+    sys.exit(0)
+try:
+    fcntl.lockf(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
 except OSError as error:
-    sys.exit(error.errno in (errno.EAGAIN, errno.EACCES))'
+    sys.exit(error.errno in (errno.EAGAIN, errno.EACCES))' "$1/lock"
+}
 
 # Print the command to run for this line: as is, with --resume, nothing when finished, "RUNNING <run>" when a process
 # trains its run, or "CONFLICT <why>" when the run under its name was trained with other flags.
@@ -147,7 +158,10 @@ resolve() {
     runs_dir=$(flag_value --runs-dir "$command")
     seed=$(flag_value --seed "$command")
     for run_dir in "${runs_dir:-runs}/${env_id}__${exp_name}__${seed:-1}__"*/; do
-        [[ -f $run_dir/done.json || -f $run_dir/checkpoint.pt || -f $run_dir/lock ]] || continue
+        if [[ ! -f $run_dir/done.json && ! -f $run_dir/checkpoint.pt ]]; then # new, or died before a checkpoint
+            lock_held "$run_dir" && echo "RUNNING ${run_dir%/}" && return
+            continue
+        fi
         differences=""
         if [[ -f $run_dir/args.json ]] && ! differences=$(flag_differences "$run_dir/args.json" "$command" 2>&1); then
             echo "CONFLICT cannot compare the command's flags with ${run_dir}args.json: $differences"
@@ -157,10 +171,7 @@ resolve() {
             return
         fi
         [[ -f $run_dir/done.json ]] && return
-        if [[ -f $run_dir/lock ]] && ! python3 -c "$try_lock" "$run_dir/lock"; then
-            echo "RUNNING ${run_dir%/}"
-            return
-        fi
+        lock_held "$run_dir" && echo "RUNNING ${run_dir%/}" && return
         [[ -f $run_dir/checkpoint.pt ]] && checkpoint=${run_dir}checkpoint.pt
     done
     if [[ -n $checkpoint ]]; then
@@ -168,6 +179,11 @@ resolve() {
     else
         echo "$command"
     fi
+}
+
+# $1 quoted for sh (sbatch --wrap runs /bin/sh, which may not read bash's $'...').
+sh_quote() {
+    printf "'%s'" "${1//\'/\'\\\'\'}"
 }
 
 # "PYTHON SCRIPT FLAGS" as NPROC processes of one run (see NPROC above).
@@ -217,14 +233,16 @@ if [[ $LAUNCHER == local ]]; then # (Slurm jobs keep the environment of their ow
     threads=$((cores / (JOBS * NPROC)))
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((threads > 0 ? threads : 1))}
     if [[ -n ${CUDA_VISIBLE_DEVICES+set} ]]; then # set, even to none: those
-        IFS=, read -ra gpus <<<"$CUDA_VISIBLE_DEVICES"
-    else
-        mapfile -t gpus < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)
+        IFS=', ' read -ra gpus <<<"$CUDA_VISIBLE_DEVICES"
+    elif listed=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null); then
+        mapfile -t gpus < <(grep -xE '[0-9]+' <<<"$listed")
     fi
 fi
 
-mkdir -p "$LOG_DIR"
-LOG_DIR=$(cd "$LOG_DIR" && pwd) # a Slurm job reads its command there
+if ! mkdir -p "$LOG_DIR" || ! LOG_DIR=$(cd "$LOG_DIR" && pwd); then # absolute: a Slurm job reads its command there
+    echo "error: LOG_DIR '$LOG_DIR' cannot be created" >&2
+    exit 2
+fi
 failures="$LOG_DIR/failed.txt"
 : >"$failures"
 started=0 skipped=0 resumed=0 queued=0 running=0 queued_jobs="" worker_pids=()
@@ -236,7 +254,7 @@ fi
 run_local() { # index, command, its GPUs (none: all)
     local log="$LOG_DIR/$1.log"
     echo "[$1] $2" >"$log"
-    if env ${3:+CUDA_VISIBLE_DEVICES=$3} bash -c "$2" >>"$log" 2>&1; then
+    if env ${3:+"CUDA_VISIBLE_DEVICES=$3"} bash -c "$2" >>"$log" 2>&1; then
         echo "[$1] done"
     else
         local status=$?
@@ -255,6 +273,8 @@ for line in "${commands[@]}"; do
         queued=$((queued + 1))
         continue
     fi
+    # locally, a free worker first: a run that another launcher on this RUNS_DIR started meanwhile is seen
+    [[ $LAUNCHER == local ]] && while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
     command=$(resolve "$line")
     if [[ $command == CONFLICT* ]]; then
         echo "[$index] NOT RUN: ${command#CONFLICT }"
@@ -277,9 +297,10 @@ for line in "${commands[@]}"; do
     fi
     started=$((started + 1))
     if [[ $LAUNCHER == slurm ]]; then
-        # shellcheck disable=SC2086 - SBATCH_ARGS is a list of arguments
         printf '%s\n' "$line" >"$LOG_DIR/$job_name.command" # the job checks its run at each start: LAUNCHER=exec
-        printf -v wrap 'exec env LAUNCHER=exec bash %q %q' "$(cd "$(dirname "$0")" && pwd)/launch.sh" "$LOG_DIR/$job_name.command"
+        wrap="exec env LAUNCHER=exec bash $(sh_quote "$(cd "$(dirname "$0")" && pwd)/launch.sh")"
+        wrap+=" $(sh_quote "$LOG_DIR/$job_name.command")"
+        # shellcheck disable=SC2086 # SBATCH_ARGS is a list of arguments
         if job=$(sbatch --parsable $SBATCH_ARGS $( ((NPROC > 1)) && echo --ntasks-per-node=1) --job-name="$job_name" \
             --output="$LOG_DIR/$index-%j.log" --wrap="$wrap" 2>&1); then
             echo "[$index] submitted job $job: $command"
@@ -288,7 +309,6 @@ for line in "${commands[@]}"; do
             printf 'sbatch | %s | %s\n' "$command" "$job" >>"$failures"
         fi
     else
-        while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
         devices=""
         if ((${#gpus[@]} > 1)); then # the GPUs of a free worker slot
             busy=" $(jobs -rp | tr '\n' ' ')"

@@ -122,6 +122,29 @@ def test_runs_trained_with_other_flags_are_neither_skipped_nor_resumed(tmp_path)
     assert "(--clip-coef-bounds 0.01 0.5 there / 0.02 0.5 here)" in conflicts[1]
 
 
+def test_a_minibatch_size_or_count_left_out_compares_as_the_split_it_means(tmp_path):
+    """Some scripts record the minibatch size they derive from --num-minibatches (and the count they derive from a
+    --minibatch-size), others leave a size that was not given at None: a flag a command leaves out matches the
+    recorded value when both make the same split, and only then."""
+    script = os.path.join(ROOT, "ppo_atari_envpool.py")  # its Args' defaults: --num-minibatches 4, no --minibatch-size
+    cases = {  # run name: (recorded minibatch_size, num_minibatches), the command's extra flags, skipped?
+        "atari_default": ((None, 4), "", True),
+        "derived_size": ((32, 4), "", True),
+        "given_size": ((64, 4), "", False),  # an Atari run of --minibatch-size 64: not the 4 minibatches of 32 asked
+        "derived_count": ((64, 2), "", False),
+        "given_size_again": ((64, 2), "--minibatch-size 64", True),
+    }
+    commands = []
+    for name, ((size, count), extra, _) in cases.items():
+        recorded = {"script": "ppo_atari_envpool.py", "num_envs": 4, "num_steps": 32, "batch_size": 128}
+        recorded |= {"minibatch_size": size, "num_minibatches": count}
+        (make_run(tmp_path / "runs", f"Pong-v5__{name}__1__100", ["done.json"]) / "args.json").write_text(json.dumps(recorded))
+        commands.append(f"true {script} --env-id Pong-v5 --exp-name {name} --num-envs 4 --num-steps 32 {extra}")
+    result = launch("\n".join(commands) + "\n", tmp_path)
+    for index, (name, (_, _, skipped)) in enumerate(cases.items(), start=1):
+        assert (f"[{index}] skipped (finished)" in result.stdout) == skipped, (name, result.stdout)
+
+
 def test_a_variants_run_is_told_apart_from_the_run_of_the_script_it_copies(tmp_path):
     """A copied script (a variant) under the same run name: args.json's "script" differs; a default computed from
     more than numbers cannot be compared and must be given; the run name's exp_name defaults to the script's name."""
@@ -158,8 +181,10 @@ def test_local_workers_get_gpus_of_their_own(tmp_path, monkeypatch):
 
     assigned = gpus()
     assert sorted(assigned[:2]) == ["0", "1"] and set(assigned) == {"0", "1"}  # two workers, two GPUs, taken in turn
-    assert set(gpus(CUDA_VISIBLE_DEVICES="5,7")) == {"5", "7"}
+    assert set(gpus(CUDA_VISIBLE_DEVICES="5, 7")) == {"5", "7"}
     assert set(gpus(CUDA_VISIBLE_DEVICES="")) == {""}  # hidden: every GPU stays hidden
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
+    assert set(gpus()) == {""}  # no GPU listed: none assigned
 
 
 def launch_with_fake_sbatch(commands, tmp_path, squeue="", **env):
@@ -201,7 +226,8 @@ def test_a_slurm_job_decides_at_each_start_whether_to_resume(tmp_path):
     at its run each time it starts: new, resumed from the checkpoint of its first start, finished, or trained by
     another process. Locally such a run is skipped too."""
     command = "echo x.py --env-id Pong-v5 --exp-name ppo"
-    assert launch_with_fake_sbatch(command + "\n", tmp_path).returncode == 0
+    logs = tmp_path / "it's a lög"  # quoted for /bin/sh, whatever the locale
+    assert launch_with_fake_sbatch(command + "\n", tmp_path, LOG_DIR=str(logs), LC_ALL="C").returncode == 0
     (wrap,) = [arg[len("--wrap=") :] for arg in (tmp_path / "sbatch.log").read_text().splitlines() if "--wrap=" in arg]
     environment = {**os.environ, "NPROC": "4"}  # the job's environment is the submitter's: not wrapped again
 
@@ -224,6 +250,11 @@ def test_a_slurm_job_decides_at_each_start_whether_to_resume(tmp_path):
         assert local.returncode == 0 and f"[1] skipped (being trained by another process: runs/{run_dir.name})" in local.stdout
         holder.stdin.close()
     assert launch(command + "\n", tmp_path).stdout.startswith("[1] start: ")  # the lock is free: resumed
+    dead = make_run(tmp_path / "runs", "Pong-v5__ppo__1__50", ["lock"])  # died before a checkpoint, of other flags
+    (dead / "args.json").write_text(json.dumps({"script": "x.py", "env_id": "Pong-v5", "exp_name": "ppo", "seed": 9}))
+    assert launch(command + "\n", tmp_path).returncode == 0  # nothing to resume there: not a conflict
+    unwritable = launch(command + "\n", tmp_path, LOG_DIR="/dev/null/logs")
+    assert unwritable.returncode == 2 and unwritable.stderr.endswith("error: LOG_DIR '/dev/null/logs' cannot be created\n")
     (run_dir / "done.json").touch()
     assert start_job().stdout == f"skipped (finished): {command}\n"
 
