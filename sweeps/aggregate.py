@@ -109,7 +109,10 @@ def read_scalars(run_dir: str, tags: set[str] | None = None) -> dict[str, tuple[
     scalars = {}
     for tag, tag_points in points.items():
         tag_points.sort(key=lambda point: point[0])  # stable: episodes of one step keep their order
-        scalars[tag] = (np.array([p[0] for p in tag_points], dtype=np.int64), np.array([p[1] for p in tag_points]))
+        steps, values = np.array([p[0] for p in tag_points], dtype=np.int64), np.array([p[1] for p in tag_points])
+        if not (finite := np.isfinite(values)).all():  # e.g. an inf DDR (a KL of 0): no mean or curve would survive it
+            data_note(run_dir, f"{(~finite).sum()} non-finite {tag} point(s) left out (first at step {steps[~finite][0]:,})")
+        scalars[tag] = (steps[finite], values[finite])
     return scalars
 
 
@@ -183,9 +186,14 @@ def final_score(run: dict, final_fraction: float) -> float:
     return float(normalise(run["env_id"], window)[0].mean()) if len(window) else float("nan")
 
 
+def last_step(run: dict) -> int:
+    """The last step the run logged anything at."""
+    return max((int(steps[-1]) for steps, _ in run["scalars"].values() if len(steps)), default=0)
+
+
 def score_curve(run: dict, grid: np.ndarray) -> np.ndarray:
-    """Mean normalised return of the episodes ending in each interval (grid[i-1], grid[i]];
-    an interval without episodes repeats the previous value (the first ones the next)."""
+    """Mean normalised return of the episodes ending in each interval (grid[i-1], grid[i]]; an interval without
+    episodes repeats the previous value; NaN (a gap) before the run's first episode and past its last logged step."""
     steps, returns = run["scalars"].get(RETURN_TAG, (np.zeros(0), np.zeros(0)))
     scores = normalise(run["env_id"], returns)[0]
     curve = np.full(len(grid), np.nan)
@@ -194,14 +202,18 @@ def score_curve(run: dict, grid: np.ndarray) -> np.ndarray:
         inside = (steps > edges[i]) & (steps <= edges[i + 1])
         if inside.any():
             curve[i] = scores[inside].mean()
-    if np.isnan(curve).all():
-        return curve
-    previous = curve[~np.isnan(curve)][0]  # leading gaps take the first value
+    previous = np.nan
     for i in range(len(curve)):
         if np.isnan(curve[i]):
             curve[i] = previous
         previous = curve[i]
+    curve[edges[:-1] >= last_step(run)] = np.nan  # the intervals that start after it
     return curve
+
+
+def numbers_as_numbers(name: str) -> list:
+    """A sort key that orders ppo_envs8 < ppo_envs16 < ppo_envs128 (as text: 128 < 16 < 8)."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
 def group_runs(runs: list[dict]) -> dict[str, dict[str, list[dict]]]:
@@ -300,11 +312,21 @@ def config_colors(configs: list[str]) -> dict[str, tuple]:
     return {config: cmap(i % cmap.N) for i, config in enumerate(configs)}
 
 
+def legend_below(figure, axes, title: str | None = None) -> None:
+    """The legend of the lines of `axes` under the figure's panels: inside a panel, a dozen configurations hide its data.
+    A line without a point (no run has data there) has no label."""
+    entries = {label: handle for axis in axes for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)}
+    options = dict(fontsize=7, title=title, title_fontsize=7, ncol=max(min(len(entries), 3), 1))
+    figure.legend(entries.values(), entries.keys(), loc="outside lower center", **options)
+
+
 def panel_grid(count: int):
-    """A figure with `count` panels, 4 per row; the spare panels are hidden."""
+    """A figure with `count` panels, 4 per row (the spare ones hidden), laid out by matplotlib's constrained layout,
+    which keeps the title, colorbar and a legend below the panels clear of them."""
     columns = min(count, 4)
     rows = -(-count // columns)
-    figure, axes = pyplot().subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    size = (max(4.2 * columns, 6.4), 3.2 * rows)
+    figure, axes = pyplot().subplots(rows, columns, figsize=size, squeeze=False, layout="constrained")
     for axis in list(axes.flat)[count:]:
         axis.axis("off")
     return figure, axes
@@ -317,13 +339,14 @@ def plot_game_curves(groups, games, grid, colors, label, out, pdf) -> None:
             if game not in by_game:
                 continue
             mean, half = mean_and_ci(np.array([score_curve(run, grid) for run in by_game[game]]))
-            axis.plot(grid, mean, color=colors[config], label=f"{config} ({len(by_game[game])})")
+            seeds = f"{config} ({len(by_game[game])})" if np.isfinite(mean).any() else None
+            axis.plot(grid, mean, color=colors[config], label=seeds)
             axis.fill_between(grid, mean - half, mean + half, color=colors[config], alpha=0.2)
         axis.set_title(game)
         axis.set_xlabel("environment steps")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7, title="configuration (seeds)", title_fontsize=7)
+    legend_below(figure, axes.flat, title="configuration (seeds)")
     figure.suptitle("Learning curves: mean and 95 % CI over seeds")
     save(figure, out, pdf)
 
@@ -331,38 +354,44 @@ def plot_game_curves(groups, games, grid, colors, label, out, pdf) -> None:
 def plot_iqm_curves(curve_matrices, grid, colors, label, reps, out, pdf) -> None:
     plt = pyplot()
 
-    def iqm_per_point(scores):
-        return np.array([iqm(scores[..., i]) for i in range(scores.shape[-1])])
+    def iqm_per_point(scores):  # a gap where a run has no score yet (or no more)
+        return np.array(
+            [iqm(scores[..., i]) if np.isfinite(scores[..., i]).all() else np.nan for i in range(scores.shape[-1])]
+        )
 
     points, intervals = interval_estimates(curve_matrices, iqm_per_point, reps)
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, axis = plt.subplots(figsize=(6.4, 4), layout="constrained")
     for config in curve_matrices:
-        axis.plot(grid, points[config], color=colors[config], label=config)
+        axis.plot(grid, points[config], color=colors[config], label=config if np.isfinite(points[config]).any() else None)
         axis.fill_between(grid, intervals[config][0], intervals[config][1], color=colors[config], alpha=0.2)
     axis.set_xlabel("environment steps")
     axis.set_ylabel(f"IQM {label}")
     axis.set_title("IQM over games and seeds (95 % stratified bootstrap CI)")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+    legend_below(figure, [axis])
     save(figure, out, pdf)
+
+
+def interpolate(grid: np.ndarray, steps: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Linear interpolation at the grid's points; NaN (a gap) outside the logged steps, where np.interp would repeat
+    the first or last value."""
+    return np.where((grid >= steps[0]) & (grid <= steps[-1]), np.interp(grid, steps, values), np.nan)
 
 
 def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
     runs = [run for by_game in groups.values() for game_runs in by_game.values() for run in game_runs]
     tags = sorted({tag for run in runs for tag in run["scalars"] if tag.startswith("metrics/")})
-    tags += [
-        tag for tag in SCHEDULE_TAGS if len({value for run in runs for value in run["scalars"].get(tag, ((), ()))[1]}) > 1
-    ]
+    tags += [tag for tag in SCHEDULE_TAGS if any(len(set(run["scalars"].get(tag, ((), ()))[1])) > 1 for run in runs)]
     if not tags:
         return tags
     figure, axes = panel_grid(len(tags))
     for axis, tag in zip(axes.flat, tags, strict=False):
         for config, by_game in groups.items():
             curves = [
-                np.interp(grid, *run["scalars"][tag])
+                interpolate(grid, *run["scalars"][tag])
                 for game_runs in by_game.values()
                 for run in game_runs
-                if tag in run["scalars"]
+                if len(run["scalars"].get(tag, ((), ()))[1])
             ]
             if not curves:
                 continue
@@ -374,28 +403,38 @@ def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
         axis.grid(alpha=0.3)
         if tag == "metrics/ddr":
             axis.set_yscale("log")
-    axes.flat[0].legend(fontsize=7)
+    legend_below(figure, axes.flat)
     figure.suptitle("Learning dynamics: mean and 95 % CI over runs (all games)")
     save(figure, out, pdf)
     return tags
 
 
-def envs_series(config: str, num_steps: int) -> str:
+def envs_series(config: str, shared: str) -> str:
     """The line of a configuration in the N_envs plot: configurations whose names differ only in their N_envs and N_RO
-    parts (envs<N>, steps<N>, as the sweeps name runs) and that share N_RO, e.g. ppo_envs8_epochs4 and
+    parts (envs<N>, steps<N>, as the sweeps name runs) and that share N_RO (or the batch), e.g. ppo_envs8_epochs4 and
     ppo_envs16_epochs4; a configuration that differs in anything else (epochs, networks, LR, algorithm) has its own."""
     rest = re.sub(r"(^|_)(envs|steps)\d+(?=_|$)", "", config).strip("_")
-    return f"{rest}, N_RO = {num_steps}" if rest else f"N_RO = {num_steps}"
+    return f"{rest}, {shared}" if rest else shared
+
+
+def score_series(summary: list[dict]) -> dict[str, list[dict]]:
+    """The lines of the N_envs plot: per configuration and rollout length N_RO, or per batch size when no two
+    configurations share an N_RO (the fixed-budget sweep: N_envs x N_RO = 1024), which would give lone points."""
+    for shared in ("N_RO = {num_steps}", "batch = {batch_size}"):
+        series: dict[str, list[dict]] = {}
+        for row in summary:
+            if not row["schedule"]:
+                series.setdefault(envs_series(row["config"], shared.format(**row)), []).append(row)
+        if any(len(rows) > 1 for rows in series.values()):
+            break
+    return series
 
 
 def plot_score_vs_envs(summary, label, out, pdf) -> None:
-    """Final IQM against N_envs, one line per configuration and rollout length N_RO (the rebuttal's figure)."""
+    """Final IQM against N_envs, one line per series of `score_series` (the rebuttal's figure)."""
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
-    series: dict[str, list[dict]] = {}
-    for row in summary:
-        if not row["schedule"]:
-            series.setdefault(envs_series(row["config"], row["num_steps"]), []).append(row)
+    series = score_series(summary)
     for name in sorted(series, key=lambda name: (min(row["num_steps"] for row in series[name]), name)):
         rows = sorted(series[name], key=lambda r: r["num_envs"])
         x = [row["num_envs"] for row in rows]
@@ -420,7 +459,7 @@ def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
             (run["scalars"]["metrics/ddr"][1].mean(), final_score(run, final_fraction))
             for game_runs in by_game.values()
             for run in game_runs
-            if "metrics/ddr" in run["scalars"]
+            if len(run["scalars"].get("metrics/ddr", ((), ()))[1])
         ]
         if points:
             axis.scatter(*zip(*points, strict=True), color=colors[config], label=config, s=18)
@@ -458,7 +497,7 @@ def report(
         usage_error(f"no {'' if include_unfinished else 'finished '}run under {sweep_dir}", include_unfinished)
     os.makedirs(out_dir, exist_ok=True)
     groups = group_runs(runs)
-    configs = sorted(groups)
+    configs = sorted(groups, key=numbers_as_numbers)
     groups = {config: groups[config] for config in configs}
     games = sorted({run["env_id"] for run in runs})
     label = score_label(games)
@@ -474,7 +513,7 @@ def report(
             run["scalars"]["metrics/ddr"][1].mean()
             for game_runs in groups[config].values()
             for run in game_runs
-            if "metrics/ddr" in run["scalars"]
+            if len(run["scalars"].get("metrics/ddr", ((), ()))[1])
         ]
         summary.append(
             {
@@ -512,16 +551,17 @@ def report(
         "",
         f"{len(runs)} runs, {len(games)} game(s): {', '.join(games)}. Final {label} = mean over the episodes "
         f"ending in the last {final_fraction:.0%} of each run's steps; IQM over runs x games with a 95 % "
-        f"stratified bootstrap CI ({reps} resamples, rliable).",
+        f"stratified bootstrap CI ({reps} resamples, rliable; {max(reps // 10, 100)} per point of the IQM curves).",
         "",
         f"| configuration | N_envs | N_RO | batch | epochs | runs per game | IQM final {label} [95 % CI] | mean | mean DDR |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary:
         sizes = f"{row['num_envs']} | {row['num_steps']}" if not row["schedule"] else f"schedule {row['schedule']} | "
+        ci = f"[{row['ci'][0]:.3f}, {row['ci'][1]:.3f}]"
         lines.append(
             f"| {row['config']} | {sizes} | {row['batch_size']} | "
-            f"{row['update_epochs']} | {row['runs']} | {row['iqm']:.3f} [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}] "
+            f"{row['update_epochs']} | {row['runs']} | {row['iqm']:.3f} {ci if row['runs'] > 1 else '(1 run: no CI)'} "
             f"| {row['mean']:.3f} | {row['ddr']:.4g} |"
         )
     lines += [
@@ -577,11 +617,12 @@ def coverage(sweep_dir: str, out_dir: str, grid: int, points_per_run: int, pdf: 
     if not runs:
         usage_error(f"no run with embeddings.npz under {sweep_dir} (train with --save-embeddings)", include_unfinished)
     os.makedirs(out_dir, exist_ok=True)
-    plt = pyplot()
     rng = np.random.default_rng(0)
     rows = []
     for game in sorted({run["env_id"] for run in runs}):
-        game_runs = [run for run in runs if run["env_id"] == game]
+        game_runs = sorted(
+            (run for run in runs if run["env_id"] == game), key=lambda r: (numbers_as_numbers(r["config"]), r["seed"])
+        )
         embeddings = [np.load(os.path.join(run["dir"], "embeddings.npz")) for run in game_runs]
         # Equal sample sizes: coverage grows with the number of points.
         count = min(points_per_run, *(len(e["features"]) for e in embeddings))
@@ -593,17 +634,15 @@ def coverage(sweep_dir: str, out_dir: str, grid: int, points_per_run: int, pdf: 
         by_run = {name: projected[i * count : (i + 1) * count] for i, name in enumerate(names)}
         cvg = joint_coverage(by_run, grid)
         unit = metrics.rescale_to_unit_square(projected)
-        figure, axes = plt.subplots(
-            1, len(game_runs), figsize=(3.6 * len(game_runs), 3.4), squeeze=False, layout="constrained"
-        )
-        for i, (axis, run) in enumerate(zip(axes.flat, game_runs, strict=True)):
+        figure, axes = panel_grid(len(game_runs))
+        for i, (axis, run) in enumerate(zip(axes.flat, game_runs, strict=False)):
             part = slice(i * count, (i + 1) * count)
             colors = dict(c=values[part], vmin=values.min(), vmax=values.max(), cmap="viridis")  # one scale: the colorbar's
             scatter = axis.scatter(unit[part, 0], unit[part, 1], s=3, **colors)
             axis.set_title(f"{run['config']} seed {run['seed']}\nCvg = {cvg[names[i]]:.3f}", fontsize=8)
             axis.set_xlim(0, 1), axis.set_ylim(0, 1), axis.set_xticks([]), axis.set_yticks([])
             rows.append((game, run["config"], run["seed"], count, cvg[names[i]]))
-        figure.colorbar(scatter, ax=axes.ravel().tolist(), label="critic value", shrink=0.8)
+        figure.colorbar(scatter, ax=axes.ravel().tolist()[: len(game_runs)], label="critic value", shrink=0.8)
         figure.suptitle(f"{game}: UMAP of penultimate features ({count} states per run, {grid}x{grid} grid)")
         save(figure, os.path.join(out_dir, f"coverage_{game}.png"), pdf)
     lines = [
@@ -642,7 +681,8 @@ def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool)
         tags |= set(scalars)
         steps, values = scalars.get(tag, ((), ()))
         if len(steps) == 0:
-            print(f"warning: {run_dir} has no {tag!r} scalars yet", file=sys.stderr)
+            done = os.path.exists(os.path.join(run_dir, "done.json"))
+            data_note(run_dir, f"no {tag!r} scalars{'' if done else ' yet'}: left out of the plot")
             continue
         plotted += 1
         axis.plot(steps, moving_average(values, window), label=os.path.basename(run_dir.rstrip("/")))

@@ -581,6 +581,69 @@ def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_
     )
 
 
+def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none_and_sorts_numbers(tmp_path, capsys):
+    """A NaN return or an inf DDR (a KL of 0) is a noted datum left out, not a run lost from the table or a curve cut
+    short; a curve is a gap before a run's first episode and past its last step (it repeated the nearest value);
+    configurations sort as numbers; one seed has no CI; the N_envs plot joins the fixed-budget sweep's lone points by
+    batch; `curves --strict` fails when a run lacks the tag."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from sweeps import aggregate
+
+    aggregate.DATA_NOTES.clear()
+    shapes = {"ppo_envs8_steps128": 10_000, "ppo_envs16_steps64": 6_000, "ppo_envs128_steps8": 10_000}  # name: budget
+    for name, budget in shapes.items():
+        envs, steps = (int(number) for number in re.findall(r"\d+", name))
+        run_dir = tmp_path / f"Pong-v5__{name}__1__100"
+        writer = SummaryWriter(str(run_dir))
+        for step in range(2_000, budget + 1, 1_000):  # the first game ends at step 2,000
+            nan = name == "ppo_envs8_steps128" and step == 5_000
+            writer.add_scalar("charts/episodic_return", float("nan") if nan else 10.0, step)
+            writer.add_scalar("metrics/ddr", float("inf") if nan else 1e4, step)
+        writer.close()
+        flags = {"env_id": "Pong-v5", "exp_name": name, "seed": 1, "num_envs": envs, "num_steps": steps, "schedule": None}
+        flags |= {"batch_size": envs * steps, "update_epochs": 4, "planned_steps": budget}
+        (run_dir / "args.json").write_text(json.dumps(flags))
+        (run_dir / "done.json").write_text("{}")
+    aggregate.report(str(tmp_path), str(tmp_path / "report"), 0.1, 10, 100, pdf=False, include_unfinished=False)
+    notes = capsys.readouterr().err
+    for tag in ("charts/episodic_return", "metrics/ddr"):
+        assert f"Pong-v5__ppo_envs8_steps128__1__100: 1 non-finite {tag} point(s) left out (first at step 5,000)" in notes
+    table = [line for line in (tmp_path / "report" / "report.md").read_text().splitlines() if line.startswith("| ppo_")]
+    assert [line.split(" | ")[0] for line in table[:3]] == [
+        "| ppo_envs8_steps128",
+        "| ppo_envs16_steps64",
+        "| ppo_envs128_steps8",
+    ]
+    assert table[0].endswith("| 1 | 0.870 (1 run: no CI) | 0.870 | 1e+04 |")  # Pong 10: (10 + 20.7) / (14.6 + 20.7)
+    runs = {run["config"]: run for run in aggregate.load_runs(str(tmp_path), include_unfinished=False)}
+    grid = np.linspace(0, 10_000, 11)[1:]  # (0, 1000], (1000, 2000], ...
+    assert (
+        np.isnan(aggregate.score_curve(runs["ppo_envs8_steps128"], grid)[0])
+        and not np.isnan(aggregate.score_curve(runs["ppo_envs8_steps128"], grid)[1:]).any()
+    )
+    assert np.isnan(aggregate.score_curve(runs["ppo_envs16_steps64"], grid)).tolist() == [True] + [False] * 5 + [True] * 4
+    rows = [
+        {"config": name, "num_steps": runs[name]["args"]["num_steps"], "batch_size": 1024, "schedule": None} for name in runs
+    ]
+    assert list(aggregate.score_series(rows)) == ["ppo, batch = 1024"]
+    (tmp_path / "Pong-v5__other__1__100").mkdir()
+    writer = SummaryWriter(str(tmp_path / "Pong-v5__other__1__100"))
+    writer.add_scalar("charts/episodic_return", 1.0, 100)
+    writer.close()
+    run_dirs = [str(tmp_path / "Pong-v5__ppo_envs8_steps128__1__100"), str(tmp_path / "Pong-v5__other__1__100")]
+    out = str(tmp_path / "ddr.png")
+    strict = subprocess.run(
+        [sys.executable, AGGREGATE, "curves", "--strict", "--tag", "metrics/ddr", "--out", out, *run_dirs],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        strict.returncode == 1
+        and "Pong-v5__other__1__100: no 'metrics/ddr' scalars yet: left out of the plot" in strict.stderr
+    )
+
+
 def flag_values(command, *flags):
     words = shlex.split(command)
     return tuple(words[words.index(flag) + 1] for flag in flags)
