@@ -522,7 +522,7 @@ def main() -> None:
             small = sample[: args.ddr_batch]  # used on the iterations without metrics
             kl = measured["kl_behavior"] if measure else behavior_kl(agent, batch["obs"][small], batch["logits"][small])
             measured["ddr"] = metrics.data_to_divergence_ratio(batch_size, float(all_ranks_sum(torch.tensor(kl))) / WORLD_SIZE)
-            target = target_ddr(args, global_step)
+            charts["target_ddr"] = target = target_ddr(args, global_step)
             clip_coef = adapted_step_size(clip_coef, measured["ddr"], target, args.adapt_rate, args.clip_coef_bounds)
         charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
         for group, scalars in {"charts": charts, "losses": losses, "metrics": measured}.items():
@@ -604,7 +604,8 @@ def plan_iterations(args: Args) -> Args:
         batch_size = num_envs * num_steps
         minibatch_size = args.minibatch_size or batch_size // max(args.num_minibatches, 1)
         divides = minibatch_size > 0 and batch_size % minibatch_size == 0
-        require(divides, f"{split} does not divide the batch (num_envs * num_steps = {batch_size}) into equal minibatches")
+        batch = f"the batch of --schedule phase {start:g}:{num_envs}x{num_steps}" if args.schedule else "the batch"
+        require(divides, f"{split} does not divide {batch} (num_envs * num_steps = {batch_size}) into equal minibatches")
         shares = f"--num-envs {num_envs} and the minibatch size {minibatch_size} must split evenly over {WORLD_SIZE} processes"
         require(num_envs % WORLD_SIZE == 0 and minibatch_size % WORLD_SIZE == 0, shares)
         args.phases.append((int(start * args.total_timesteps), num_envs, num_steps, minibatch_size))
@@ -614,9 +615,15 @@ def plan_iterations(args: Args) -> Args:
     fits = args.total_timesteps >= batch_size
     require(fits, f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {batch_size})")
     args.num_envs, args.num_steps = phases[0][1:]
-    args.batch_size, args.planned_steps, args.num_iterations = batch_size, 0, 0
+    args.batch_size, args.planned_steps, args.num_iterations, starts = batch_size, 0, 0, []
     while args.planned_steps + (batch_size := phase_at(args, args.planned_steps).batch_size) <= args.total_timesteps:
+        starts.append(args.planned_steps)
         args.planned_steps, args.num_iterations = args.planned_steps + batch_size, args.num_iterations + 1
+    ends = [phase[0] for phase in args.phases[1:]] + [math.inf]  # a phase trains the iterations that start in it
+    for (start, num_envs, num_steps), (first, *_), end in zip(phases, args.phases, ends, strict=True):
+        trains = any(first <= step < end for step in starts)
+        no_iteration = f"--schedule phase {start:g}:{num_envs}x{num_steps} would train no iteration: --total-timesteps"
+        require(trains, f"{no_iteration} {args.total_timesteps} ends before a whole batch of it (start it earlier?)")
     return args
 
 

@@ -375,8 +375,9 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     assert final["iteration"] == 25 and final["global_step"] == 1280
     assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 1280, "iterations": 25}  # finished now
     scalars = read_scalars(run_dir)
-    for tag in ("charts/SPS", "charts/num_envs", "metrics/ddr"):  # every iteration logged exactly once, up to the total
+    for tag in ("charts/SPS", "charts/num_envs", "metrics/ddr", "charts/target_ddr"):  # every iteration once, to the total
         assert [step for step, _ in scalars[tag]] == steps, tag
+    assert [value for _, value in scalars["charts/target_ddr"]] == [1000] * 25  # no --target-ddr-final: constant
     # the metrics every 2 iterations and on the last, the 25th
     assert [step for step, _ in scalars["metrics/feature_rank"]] == [steps[i - 1] for i in (*range(2, 25, 2), 25)]
     assert [value for _, value in scalars["charts/num_envs"]] == [2] * 10 + [4] * 15
@@ -469,7 +470,10 @@ BAD_FLAGS = [
     (["--schedule", "0:8x128,1:32x32"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
     (["--schedule", "0:8by128"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
     (["--schedule", "0:8x0,0.5:8x128"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
-    (["--schedule", "0:8x128,0.5:3x3"], "--num-minibatches 4 does not divide the batch (num_envs * num_steps = 9)"),
+    (["--schedule", "0:8x128,0.5:3x3"], "does not divide the batch of --schedule phase 0.5:3x3 (num_envs * num_steps = 9)"),
+    # a phase that no iteration reaches: the whole batches of the budget end before it (it trained half, silently)
+    (["--schedule", "0:4x32,0.5:32x32", "--total-timesteps", "1024"], "phase 0.5:32x32 would train no iteration"),
+    (["--schedule", "0:4x32,0.99:8x16", "--total-timesteps", "1024"], "phase 0.99:8x16 would train no iteration"),
     (["--target-ddr", "0"], "--target-ddr must be finite and > 0, got 0"),
     (["--clip-coef-bounds", "0.5", "0.1"], "--clip-coef-bounds (0.5, 0.1) is not 0 < low <= high < inf"),
     (["--clip-coef-bounds", "0.1", "inf"], "--clip-coef-bounds (0.1, inf) is not 0 < low <= high < inf"),

@@ -237,6 +237,7 @@ def test_sigterm_and_resume_keep_the_proximal_policy_and_the_adapted_centre_of_m
     assert [step for step, _ in scalars["metrics/ddr"]] == [step for step, _ in scalars["charts/ewma_com"]] == steps
     assert values("charts/num_envs") == [2] * 8 + [4] * 7 and values("charts/num_steps") == [16] * 8 + [8] * 7
     assert values("charts/batch_size") == [32] * 15 and values("charts/clip_coef") == pytest.approx([0.1] * 15)
+    assert values("charts/target_ddr") == [1000] * 15
     coms, ddrs = values("charts/ewma_com"), values("metrics/ddr")
     assert coms[0] == 8.0 and coms[-1] < 8.0 and coms == sorted(coms, reverse=True) and min(coms) >= 0.5
     for com, ddr, next_com in zip(coms[:-1], ddrs[:-1], coms[1:], strict=True):

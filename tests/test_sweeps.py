@@ -583,9 +583,9 @@ def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_
 
 def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none_and_sorts_numbers(tmp_path, capsys):
     """A NaN return or an inf DDR (a KL of 0) is a noted datum left out, not a run lost from the table or a curve cut
-    short; a curve is a gap before a run's first episode and past its last step (it repeated the nearest value);
-    configurations sort as numbers; one seed has no CI; the N_envs plot joins the fixed-budget sweep's lone points by
-    batch; `curves --strict` fails when a run lacks the tag."""
+    short; a run's DDR is its median; a curve is a gap before a run's first episode and past its last step (it
+    repeated the nearest value); configurations sort as numbers; one seed has no CI; the N_envs plot joins the
+    fixed-budget sweep's lone points by batch; `curves --strict` fails when a run lacks the tag."""
     from torch.utils.tensorboard import SummaryWriter
 
     from sweeps import aggregate
@@ -599,7 +599,8 @@ def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none
         for step in range(2_000, budget + 1, 1_000):  # the first game ends at step 2,000
             nan = name == "ppo_envs8_steps128" and step == 5_000
             writer.add_scalar("charts/episodic_return", float("nan") if nan else 10.0, step)
-            writer.add_scalar("metrics/ddr", float("inf") if nan else 1e4, step)
+            last = name == "ppo_envs128_steps8" and step == budget  # the annealed LR's last KL, near 0
+            writer.add_scalar("metrics/ddr", float("inf") if nan else 1e9 if last else 1e4, step)
         writer.close()
         flags = {"env_id": "Pong-v5", "exp_name": name, "seed": 1, "num_envs": envs, "num_steps": steps, "schedule": None}
         flags |= {"batch_size": envs * steps, "update_epochs": 4, "planned_steps": budget}
@@ -616,6 +617,7 @@ def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none
         "| ppo_envs128_steps8",
     ]
     assert table[0].endswith("| 1 | 0.870 (1 run: no CI) | 0.870 | 1e+04 |")  # Pong 10: (10 + 20.7) / (14.6 + 20.7)
+    assert table[2].endswith("| 1e+04 |")  # the median DDR: the mean, 1.1e+08, is the last iteration's
     runs = {run["config"]: run for run in aggregate.load_runs(str(tmp_path), include_unfinished=False)}
     grid = np.linspace(0, 10_000, 11)[1:]  # (0, 1000], (1000, 2000], ...
     assert (
