@@ -551,6 +551,8 @@ def main() -> None:
     start_time, start_step = time.time(), global_step
 
     for iteration in range(start_iteration, args.num_iterations + 1):
+        if stop_signal:  # it came in the warm-up (or the last update): save now, not after a rollout thrown away
+            break
         # ==== COLLECT ROLLOUT: N_RO steps of N_envs environments with the current policy; RND's prediction errors ====
         rollout_start_step = global_step
         for step in range(args.num_steps):

@@ -461,6 +461,7 @@ def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
             for run in game_runs
             if len(run["scalars"].get("metrics/ddr", ((), ()))[1])
         ]
+        points = [(ddr, score) for ddr, score in points if np.isfinite(score)]  # final_score noted those without one
         if points:
             axis.scatter(*zip(*points, strict=True), color=colors[config], label=config, s=18)
             plotted = True

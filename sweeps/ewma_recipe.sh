@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# PPO-EWMA and the large-batch recipe (Beukman et al. 2026, Fig. 5-9): as N_envs grows,
+# PPO-EWMA and the large-batch recipe (Beukman et al. 2026, Fig. 5a and 7a at a fixed step budget, 8, 9; not
+# Fig. 6's epochs nor the PPO clip panels 5b-7b): as N_envs grows,
 #  (a) PPO-EWMA's centre of mass x clip x batch, and
 #  (b) how to spend a bigger batch with PPO: "more minibatches" (fixed minibatch size),
 #      "bigger minibatches" (fixed number of minibatches), "bigger + sqrt LR".

@@ -9,7 +9,8 @@
 #
 # CPU default: GAMES=Breakout SEEDS="1 2" TOTAL_TIMESTEPS=16384 MULTIPLIERS="1 2 4".
 # Paper (SCALE=paper): the Atari-10, SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=100000000,
-# MULTIPLIERS="1 2 4 8 16" (450 runs of 100M steps).
+# MULTIPLIERS="1 2 4 8 16" (450 runs of 100M steps), with CleanRL's epsilon decay over 10 % of the steps
+# (README: the paper's text; EXTRA_FLAGS="--exploration-fraction 0.0025" gives Table 1's 250,000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source sweeps/games.sh

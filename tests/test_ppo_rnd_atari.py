@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from conftest import (
     interrupt_with_sigterm,
     only_run_dir,
     read_scalars,
+    run_main,
     run_script,
     run_twice,
     tyro_error,
@@ -443,6 +445,27 @@ def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
     assert planted < final["int_return_rms"]["count"].item() <= planted + resumed_frames
     steps = [step for step, _ in read_scalars(run_dir)["charts/SPS"]]
     assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
+
+
+def test_sigterm_during_the_warm_up_saves_without_collecting_a_rollout(tmp_path, monkeypatch):
+    """The warm-up stops at the signal, and the run saves at once: it collected a whole training rollout first, to throw
+    it away (at 128 envs x 256 steps, time out of Slurm's grace period)."""
+    statistics, calls, acted = ppo_rnd_atari.update_frame_statistics, [], []
+
+    def signal_on_the_third_step(*args, **kwargs):
+        statistics(*args, **kwargs)
+        calls.append(None)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(ppo_rnd_atari, "update_frame_statistics", signal_on_the_third_step)
+    monkeypatch.setattr(ppo_rnd_atari.Agent, "get_action_and_value", lambda *a, **k: acted.append(1))
+    flags = [*TINY_FLAGS, "--runs-dir", str(tmp_path), "--num-iterations-obs-norm-init", "100"]
+    with pytest.raises(SystemExit) as exited:
+        run_main(monkeypatch, ppo_rnd_atari, flags)
+    assert exited.value.code == 128 + signal.SIGTERM and not acted
+    checkpoint = torch.load(os.path.join(only_run_dir(tmp_path), "checkpoint.pt"), weights_only=True)
+    assert (checkpoint["iteration"], checkpoint["global_step"], checkpoint["warmup_steps"]) == (0, 0, 3)
 
 
 def test_sigterm_during_the_warm_up_resumes_the_warm_up(tmp_path):

@@ -646,6 +646,28 @@ def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none
     )
 
 
+def test_a_report_of_runs_in_which_no_episode_ended_is_still_written(tmp_path, capsys):
+    """A tiny sweep in which no game ended: no final score anywhere (each run noted), and the DDR plot, with nothing
+    to draw on its log axis, is left out instead of ending the report in matplotlib's traceback."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from sweeps import aggregate
+
+    aggregate.DATA_NOTES.clear()
+    for name in ("ppo_envs8_steps32", "ppo_envs16_steps16"):
+        run_dir = tmp_path / f"Pong-v5__{name}__1__100"
+        writer = SummaryWriter(str(run_dir))
+        for step in (256, 512):
+            writer.add_scalar("metrics/ddr", 1e4, step)
+        writer.close()
+        flags = {"env_id": "Pong-v5", "exp_name": name, "seed": 1, "num_envs": 8, "num_steps": 32, "schedule": None}
+        (run_dir / "args.json").write_text(json.dumps(flags | {"batch_size": 256, "update_epochs": 4, "planned_steps": 512}))
+        (run_dir / "done.json").write_text("{}")
+    aggregate.report(str(tmp_path), str(tmp_path / "report"), 0.1, 10, 100, pdf=False, include_unfinished=False)
+    assert capsys.readouterr().err.count("no episode ended: no final score") == 2
+    assert "ddr_vs_score.png" not in (tmp_path / "report" / "report.md").read_text()
+
+
 def flag_values(command, *flags):
     words = shlex.split(command)
     return tuple(words[words.index(flag) + 1] for flag in flags)
