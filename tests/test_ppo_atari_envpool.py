@@ -553,20 +553,20 @@ def test_schedule_phases_lr_and_ddr_target_by_step():
         ppo_atari_envpool.Args(
             schedule="0:8x128,0.5:32x32,0.8:128x16",
             minibatch_size=256,
-            total_timesteps=10_000,
+            total_timesteps=10_240,
             target_ddr=100.0,
             target_ddr_final=10_000.0,
             runs_dir="/tmp",
         )
     )
-    assert args.phases == [(0, 8, 128, 256), (5000, 32, 32, 256), (8000, 128, 16, 256)]
-    assert ppo_atari_envpool.phase_at(args, 4999) == (8, 128, 256)  # a fixed minibatch size stays ...
-    assert ppo_atari_envpool.phase_at(args, 8000) == (128, 16, 256)  # ... and the number of minibatches follows
-    # 5 batches of 1024 reach step 5120 (phase 2), 3 more reach 8192 (phase 3), where a batch of 2048 no longer fits
-    assert (args.num_iterations, args.planned_steps, args.num_envs, args.num_steps) == (8, 8192, 8, 128)
-    assert ppo_atari_envpool.learning_rate(args, 8, 4096) == pytest.approx(2.5e-4 / 2)  # annealed over the planned steps
+    assert args.phases == [(0, 8, 128, 256), (5120, 32, 32, 256), (8192, 128, 16, 256)]
+    assert ppo_atari_envpool.phase_at(args, 5119) == (8, 128, 256)  # a fixed minibatch size stays ...
+    assert ppo_atari_envpool.phase_at(args, 8192) == (128, 16, 256)  # ... and the number of minibatches follows
+    # 5 batches of 1024 reach step 5120 (phase 2), 3 more reach 8192 (phase 3), one batch of 2048 reaches the budget
+    assert (args.num_iterations, args.planned_steps, args.num_envs, args.num_steps) == (9, 10_240, 8, 128)
+    assert ppo_atari_envpool.learning_rate(args, 8, 5120) == pytest.approx(2.5e-4 / 2)  # annealed over the planned steps
     assert ppo_atari_envpool.target_ddr(args, 0) == pytest.approx(100.0)
-    assert ppo_atari_envpool.target_ddr(args, 4096) == pytest.approx(1000.0)  # geometric: halfway, a factor of 10
+    assert ppo_atari_envpool.target_ddr(args, 5120) == pytest.approx(1000.0)  # geometric: halfway, a factor of 10
     args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(schedule="0:8x128,0.5:32x64", runs_dir="/tmp"))
     assert ppo_atari_envpool.phase_at(args, 5_000_000) == (32, 64, 2048 // 4)  # no --minibatch-size: 4 minibatches stay
 

@@ -168,13 +168,13 @@ def test_seeded_runs_are_reproducible(seeded_runs):
 
 
 def test_schedule_phases_and_ddr_target_by_step():
-    schedule = dict(schedule="0:8x128,0.5:32x32,0.8:128x16", minibatch_size=256, total_timesteps=10_000)
+    schedule = dict(schedule="0:8x128,0.5:32x32,0.8:128x16", minibatch_size=256, total_timesteps=10_240)
     args = ppo_ewma_atari.validate_and_derive(ppo_ewma_atari.Args(**schedule, target_ddr=100.0, target_ddr_final=10_000.0))
-    assert args.phases == [(0, 8, 128, 256), (5000, 32, 32, 256), (8000, 128, 16, 256)]
-    assert ppo_ewma_atari.phase_at(args, 8000) == Phase(128, 16, 256)  # a fixed minibatch size stays
-    assert (args.num_iterations, args.planned_steps, args.num_envs, args.num_steps) == (8, 8192, 8, 128)
-    assert ppo_ewma_atari.learning_rate(args, 8, 4096) == pytest.approx(2.5e-4 / 2)  # annealed over the planned steps
-    assert ppo_ewma_atari.target_ddr(args, 4096) == pytest.approx(1000.0)  # geometric: halfway, a factor of 10
+    assert args.phases == [(0, 8, 128, 256), (5120, 32, 32, 256), (8192, 128, 16, 256)]
+    assert ppo_ewma_atari.phase_at(args, 8192) == Phase(128, 16, 256)  # a fixed minibatch size stays
+    assert (args.num_iterations, args.planned_steps, args.num_envs, args.num_steps) == (9, 10_240, 8, 128)
+    assert ppo_ewma_atari.learning_rate(args, 8, 5120) == pytest.approx(2.5e-4 / 2)  # annealed over the planned steps
+    assert ppo_ewma_atari.target_ddr(args, 5120) == pytest.approx(1000.0)  # geometric: halfway, a factor of 10
 
 
 def ewma_weight_sum(coms: list[float], steps_per_iteration: int = 4) -> float:

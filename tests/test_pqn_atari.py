@@ -306,7 +306,7 @@ BAD_FLAGS = [
     (["--schedule", "0:2x16,0.5:4x8,0.3:2x8"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
     (["--schedule", "0.1:2x16"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
     (["--schedule", "0:8by128"], ": write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
-    (["--schedule", "0:8x128,0.5:3x3"], "--num-minibatches 4 does not divide the batch (num_envs * num_steps = 9)"),
+    (["--schedule", "0:8x128,0.5:3x3"], "--num-minibatches 4 does not divide the batch of --schedule phase 0.5:3x3"),
 ]
 
 
