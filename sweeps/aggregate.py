@@ -182,7 +182,7 @@ def final_score(run: dict, final_fraction: float) -> float:
         data_note(run["dir"], f"no episode ended in the last {final_fraction:.0%} of the steps: its last 10 episodes score")
         window = returns[-10:]
     elif len(window) == 0:
-        data_note(run["dir"], "no episode ended: no final score (left out of the IQM and the mean)")
+        data_note(run["dir"], "no episode ended with a finite return: no final score (left out of the IQM and the mean)")
     return float(normalise(run["env_id"], window)[0].mean()) if len(window) else float("nan")
 
 
@@ -212,8 +212,9 @@ def score_curve(run: dict, grid: np.ndarray) -> np.ndarray:
 
 
 def numbers_as_numbers(name: str) -> list:
-    """A sort key that orders ppo_envs8 < ppo_envs16 < ppo_envs128 (as text: 128 < 16 < 8)."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
+    """A sort key that orders ppo_envs8 < ppo_envs16 < ppo_envs128 (as text: 128 < 16 < 8), lr0.25 < lr0.5."""
+    parts = re.split(r"([0-9]+(?:\.[0-9]+)?)", name)  # the odd parts are the numbers
+    return [(0, float(part), "") if i % 2 else (1, 0.0, part) for i, part in enumerate(parts)]
 
 
 def group_runs(runs: list[dict]) -> dict[str, dict[str, list[dict]]]:
@@ -260,13 +261,21 @@ def iqm(scores: np.ndarray) -> float:
 
 
 def interval_estimates(matrices: dict[str, np.ndarray], func, reps: int, seed: int = 0):
-    """Point estimates and 95 % stratified bootstrap CIs (rliable), reproducible."""
+    """Point estimates and 95 % stratified bootstrap CIs (rliable), reproducible: each configuration's from the same
+    seed, so that its CI does not depend on which configurations come before it."""
     from rliable import library as rly  # noqa: PLC0415
 
-    np.random.seed(seed)  # rliable 1.2's stratified bootstrap draws its resamples from numpy's global RNG, not random_state
-    with warnings.catch_warnings():  # rliable 1.2 passes arch's deprecated random_state
-        warnings.simplefilter("ignore", FutureWarning)
-        return rly.get_interval_estimates(matrices, func, reps=reps, random_state=np.random.RandomState(seed))
+    estimates, intervals = {}, {}
+    for config, matrix in matrices.items():
+        np.random.seed(seed)  # rliable 1.2's stratified bootstrap draws from numpy's global RNG, not random_state
+        with warnings.catch_warnings():  # rliable 1.2 passes arch's deprecated random_state
+            warnings.simplefilter("ignore", FutureWarning)
+            estimate, interval = rly.get_interval_estimates(
+                {config: matrix}, func, reps=reps, random_state=np.random.RandomState(seed)
+            )
+        estimates |= estimate
+        intervals |= interval
+    return estimates, intervals
 
 
 # --------------------------------------------------------------------------------------
@@ -294,16 +303,15 @@ def save(figure, path: str, pdf: bool) -> None:
 
 
 def mean_and_ci(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean over axis 0 and the half-width of a 95 % Student-t interval (0 for one run)."""
+    """Mean over axis 0 and the half-width of a 95 % Student-t interval, both over the runs that have a value at each
+    point (NaN: a run not started or ended there); the half-width is 0 where one run has."""
     from scipy.stats import t  # noqa: PLC0415
 
     with warnings.catch_warnings():  # a point that no run has reached yet is NaN (a gap in the curve), not a warning
         warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(curves, axis=0)
-        n = curves.shape[0]
-        if n < 2:
-            return mean, np.zeros_like(mean)
-        return mean, t.ppf(0.975, n - 1) * np.nanstd(curves, axis=0, ddof=1) / np.sqrt(n)
+        mean, n = np.nanmean(curves, axis=0), np.isfinite(curves).sum(axis=0)
+        half = t.ppf(0.975, np.maximum(n - 1, 1)) * np.nanstd(curves, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1))
+        return mean, np.where(n > 1, half, 0.0)
 
 
 def config_colors(configs: list[str]) -> dict[str, tuple]:
@@ -316,7 +324,13 @@ def legend_below(figure, axes, title: str | None = None) -> None:
     """The legend of the lines of `axes` under the figure's panels: inside a panel, a dozen configurations hide its data.
     A line without a point (no run has data there) has no label."""
     entries = {label: handle for axis in axes for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)}
-    options = dict(fontsize=7, title=title, title_fontsize=7, ncol=max(min(len(entries), 3), 1))
+    if not entries:
+        return
+    width, height = figure.get_size_inches()
+    column = (4 * max(map(len, entries)) + 40) / 72  # inches: about 4 pt a character at 7 pt, and the line sample
+    columns = max(1, min(len(entries), 4, int(width / column)))
+    figure.set_size_inches(width, height + 0.16 * -(-len(entries) // columns))  # the panels keep their height
+    options = dict(fontsize=7, title=title, title_fontsize=7, ncol=columns)
     figure.legend(entries.values(), entries.keys(), loc="outside lower center", **options)
 
 
@@ -340,7 +354,7 @@ def plot_game_curves(groups, games, grid, colors, label, out, pdf) -> None:
                 continue
             mean, half = mean_and_ci(np.array([score_curve(run, grid) for run in by_game[game]]))
             seeds = f"{config} ({len(by_game[game])})" if np.isfinite(mean).any() else None
-            axis.plot(grid, mean, color=colors[config], label=seeds)
+            axis.plot(grid, mean, color=colors[config], label=seeds, marker=".", markersize=3)
             axis.fill_between(grid, mean - half, mean + half, color=colors[config], alpha=0.2)
         axis.set_title(game)
         axis.set_xlabel("environment steps")
@@ -362,7 +376,8 @@ def plot_iqm_curves(curve_matrices, grid, colors, label, reps, out, pdf) -> None
     points, intervals = interval_estimates(curve_matrices, iqm_per_point, reps)
     figure, axis = plt.subplots(figsize=(6.4, 4), layout="constrained")
     for config in curve_matrices:
-        axis.plot(grid, points[config], color=colors[config], label=config if np.isfinite(points[config]).any() else None)
+        label = config if np.isfinite(points[config]).any() else None
+        axis.plot(grid, points[config], color=colors[config], label=label, marker=".", markersize=3)
         axis.fill_between(grid, intervals[config][0], intervals[config][1], color=colors[config], alpha=0.2)
     axis.set_xlabel("environment steps")
     axis.set_ylabel(f"IQM {label}")
@@ -373,14 +388,17 @@ def plot_iqm_curves(curve_matrices, grid, colors, label, reps, out, pdf) -> None
 
 
 def interpolate(grid: np.ndarray, steps: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Linear interpolation at the grid's points; NaN (a gap) outside the logged steps, where np.interp would repeat
-    the first or last value."""
-    return np.where((grid >= steps[0]) & (grid <= steps[-1]), np.interp(grid, steps, values), np.nan)
+    """Linear interpolation at the grid's points; NaN (a gap) before the first logged step and at the points whose
+    interval of the grid starts after the last (where np.interp would repeat the first or last value)."""
+    previous = np.concatenate([[-np.inf], grid[:-1]])
+    return np.where((grid >= steps[0]) & (previous < steps[-1]), np.interp(grid, steps, values), np.nan)
 
 
 def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
     runs = [run for by_game in groups.values() for game_runs in by_game.values() for run in game_runs]
-    tags = sorted({tag for run in runs for tag in run["scalars"] if tag.startswith("metrics/")})
+    tags = sorted(
+        {tag for run in runs for tag, (steps, _) in run["scalars"].items() if tag.startswith("metrics/") and len(steps)}
+    )
     tags += [tag for tag in SCHEDULE_TAGS if any(len(set(run["scalars"].get(tag, ((), ()))[1])) > 1 for run in runs)]
     if not tags:
         return tags
@@ -396,7 +414,8 @@ def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
             if not curves:
                 continue
             mean, half = mean_and_ci(np.array(curves))
-            axis.plot(grid, mean, color=colors[config], label=config)
+            label = config if np.isfinite(mean).any() else None
+            axis.plot(grid, mean, color=colors[config], label=label, marker=".", markersize=3)
             axis.fill_between(grid, mean - half, mean + half, color=colors[config], alpha=0.2)
         axis.set_title(METRIC_TITLES.get(tag, tag.removeprefix("metrics/").replace("_", " ")))
         axis.set_xlabel("environment steps")
@@ -418,22 +437,22 @@ def envs_series(config: str, shared: str) -> str:
 
 
 def score_series(summary: list[dict]) -> dict[str, list[dict]]:
-    """The lines of the N_envs plot: per configuration and rollout length N_RO, or per batch size when no two
-    configurations share an N_RO (the fixed-budget sweep: N_envs x N_RO = 1024), which would give lone points."""
+    """The lines of the N_envs plot: per configuration and rollout length N_RO, or per batch size when that joins
+    the points into fewer lines (the fixed-budget sweep: N_envs x N_RO = 1024, each N_RO once)."""
+    groupings = []
     for shared in ("N_RO = {num_steps}", "batch = {batch_size}"):
         series: dict[str, list[dict]] = {}
         for row in summary:
             if not row["schedule"]:
                 series.setdefault(envs_series(row["config"], shared.format(**row)), []).append(row)
-        if any(len(rows) > 1 for rows in series.values()):
-            break
-    return series
+        groupings.append(series)
+    return min(groupings, key=len)  # the fewer lines (per N_RO on a tie)
 
 
 def plot_score_vs_envs(summary, label, out, pdf) -> None:
     """Final IQM against N_envs, one line per series of `score_series` (the rebuttal's figure)."""
     plt = pyplot()
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, axis = plt.subplots(figsize=(6.4, 4), layout="constrained")
     series = score_series(summary)
     for name in sorted(series, key=lambda name: (min(row["num_steps"] for row in series[name]), name)):
         rows = sorted(series[name], key=lambda r: r["num_envs"])
@@ -446,13 +465,13 @@ def plot_score_vs_envs(summary, label, out, pdf) -> None:
     axis.set_ylabel(f"IQM final {label}")
     axis.set_title("Final performance vs N_envs (95 % CI)")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+    legend_below(figure, [axis])
     save(figure, out, pdf)
 
 
 def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
     plt = pyplot()
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, axis = plt.subplots(figsize=(6.4, 4), layout="constrained")
     plotted = False
     for config, by_game in groups.items():
         points = [
@@ -471,7 +490,7 @@ def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
         axis.set_ylabel(f"final {label}")
         axis.set_title("Final performance vs DDR (one point per run)")
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
+        legend_below(figure, [axis])
         save(figure, out, pdf)
     else:
         plt.close(figure)
@@ -642,7 +661,7 @@ def coverage(sweep_dir: str, out_dir: str, grid: int, points_per_run: int, pdf: 
             colors = dict(c=values[part], vmin=values.min(), vmax=values.max(), cmap="viridis")  # one scale: the colorbar's
             scatter = axis.scatter(unit[part, 0], unit[part, 1], s=3, **colors)
             axis.set_title(f"{run['config']} seed {run['seed']}\nCvg = {cvg[names[i]]:.3f}", fontsize=8)
-            axis.set_xlim(0, 1), axis.set_ylim(0, 1), axis.set_xticks([]), axis.set_yticks([])
+            axis.set_xlim(0, 1), axis.set_ylim(0, 1), axis.set_xticks([]), axis.set_yticks([]), axis.set_aspect("equal")
             rows.append((game, run["config"], run["seed"], count, cvg[names[i]]))
         figure.colorbar(scatter, ax=axes.ravel().tolist()[: len(game_runs)], label="critic value", shrink=0.8)
         figure.suptitle(f"{game}: UMAP of penultimate features ({count} states per run, {grid}x{grid} grid)")
@@ -680,7 +699,7 @@ def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool)
     tags, plotted = set(), 0
     for run_dir in run_dirs:
         scalars = read_scalars(run_dir)
-        tags |= set(scalars)
+        tags |= {name for name, (steps, _) in scalars.items() if len(steps)}  # an all-NaN tag has none left
         steps, values = scalars.get(tag, ((), ()))
         if len(steps) == 0:
             done = os.path.exists(os.path.join(run_dir, "done.json"))

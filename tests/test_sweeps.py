@@ -460,6 +460,29 @@ def test_iqm_is_the_mean_of_the_middle_half_and_its_bootstrap_ci_brackets_it():
     assert np.array_equal(intervals["a"], again)  # seeded: a report can be regenerated exactly
 
 
+def test_a_curve_ci_counts_the_runs_at_each_point_and_a_configurations_ci_ignores_the_others():
+    """Past the end of a shorter run, the interval is over the runs left (it was over all, too narrow), none for one;
+    a configuration's bootstrap CI is the same whichever configurations come before it (each from the same seed); the
+    N_envs plot joins points into the fewer lines."""
+    from scipy.stats import t as student
+
+    from sweeps import aggregate
+
+    mean, half = aggregate.mean_and_ci(np.array([[1.0, 1.0, 1.0], [3.0, 3.0, np.nan], [5.0, np.nan, np.nan]]))
+    assert mean.tolist() == [3.0, 2.0, 1.0] and half[2] == 0.0
+    assert half[0] == pytest.approx(student.ppf(0.975, 2) * 2 / np.sqrt(3))
+    assert half[1] == pytest.approx(student.ppf(0.975, 1) * np.sqrt(2) / np.sqrt(2))
+    rng = np.random.default_rng(0)
+    scores, other = rng.normal(5, 2, (5, 2)), rng.normal(0, 1, (7, 2))
+    iqm = lambda x: np.array([aggregate.iqm(x)])  # noqa: E731
+    alone = aggregate.interval_estimates({"b": scores}, iqm, reps=200)[1]["b"]
+    assert np.array_equal(aggregate.interval_estimates({"a": other, "b": scores}, iqm, reps=200)[1]["b"], alone)
+    rows = [{"config": f"ppo_envs{e}_steps{1024 // e}", "num_steps": 1024 // e, "batch_size": 1024} for e in (8, 16, 32)]
+    rows.append({"config": "ppo_envs16_steps128", "num_steps": 128, "batch_size": 2048})
+    series = aggregate.score_series([row | {"schedule": None} for row in rows])
+    assert {name: len(line) for name, line in series.items()} == {"ppo, batch = 1024": 3, "ppo, batch = 2048": 1}
+
+
 def test_joint_coverage_counts_cells_on_a_shared_grid():
     from sweeps.aggregate import joint_coverage
 
@@ -664,7 +687,7 @@ def test_a_report_of_runs_in_which_no_episode_ended_is_still_written(tmp_path, c
         (run_dir / "args.json").write_text(json.dumps(flags | {"batch_size": 256, "update_epochs": 4, "planned_steps": 512}))
         (run_dir / "done.json").write_text("{}")
     aggregate.report(str(tmp_path), str(tmp_path / "report"), 0.1, 10, 100, pdf=False, include_unfinished=False)
-    assert capsys.readouterr().err.count("no episode ended: no final score") == 2
+    assert capsys.readouterr().err.count("no episode ended with a finite return: no final score") == 2
     assert "ddr_vs_score.png" not in (tmp_path / "report" / "report.md").read_text()
 
 
@@ -780,7 +803,10 @@ def test_score_matrices_leave_out_unscored_runs_and_extra_seeds_with_a_note(monk
     pong = metrics.human_normalized_score("Pong-v5", np.array([-19.0, -18.0, -17.0]))
     np.testing.assert_allclose(matrices["a"], np.stack([breakout, pong], axis=1))
     assert [run["seed"] for run in kept["a"]["Breakout-v5"]] == [1, 3, 4] and len(kept["a"]["Pong-v5"]) == 3
-    assert any(note.startswith("Breakout-v5__a__2__100: no episode ended: no final score") for note in aggregate.DATA_NOTES)
+    assert any(
+        note.startswith("Breakout-v5__a__2__100: no episode ended with a finite return: no final score")
+        for note in aggregate.DATA_NOTES
+    )
     assert any(note.startswith("Pong-v5__a__4__100: left out of the IQM") for note in aggregate.DATA_NOTES)
 
 
