@@ -819,11 +819,12 @@ def test_score_vs_num_envs_draws_one_line_per_configuration(monkeypatch):
     monkeypatch.setattr(aggregate, "save", lambda figure, path, pdf: figures.append(figure))
     summary = [
         {"config": f"ppo_envs{envs}_steps128_epochs{epochs}", "num_envs": envs, "num_steps": 128, "schedule": None}
-        | {"iqm": envs * epochs, "ci": (0.0, 1e3)}
+        | {"iqm": envs * epochs, "ci": (0.0, 1e3), "batch_size": envs * 128}
         for epochs in (4, 8)
         for envs in (8, 16, 32)
     ]
     summary.append({"config": "ppo_envs8_steps256_epochs4", "num_envs": 8, "num_steps": 256, "schedule": None, "iqm": 1})
+    summary[-1]["batch_size"] = 2048  # by batch, 6 lines: by N_RO, 3
     summary[-1]["ci"] = (0.0, 2.0)
     aggregate.plot_score_vs_envs(summary, "score", "unused.png", False)
     lines = {
