@@ -692,14 +692,15 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     return (cumulative[1:] - cumulative[np.arange(1, len(values) + 1) - counts]) / counts
 
 
-def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool) -> set[str]:
-    """One line per run that has `tag`; nothing is written when none has. Returns the scalar tags of the runs."""
+def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool) -> tuple[set[str], int]:
+    """One line per run that has finite points of `tag`; nothing is written when none has. Returns the scalar tags of
+    the runs and the number of lines drawn."""
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
     tags, plotted = set(), 0
     for run_dir in run_dirs:
         scalars = read_scalars(run_dir)
-        tags |= {name for name, (steps, _) in scalars.items() if len(steps)}  # an all-NaN tag has none left
+        tags |= set(scalars)
         steps, values = scalars.get(tag, ((), ()))
         if len(steps) == 0:
             done = os.path.exists(os.path.join(run_dir, "done.json"))
@@ -718,14 +719,14 @@ def plot_curves(run_dirs: list[str], tag: str, out: str, window: int, pdf: bool)
     axis.grid(alpha=0.3)
     if tag == "metrics/ddr":  # batch / KL spans orders of magnitude
         axis.set_yscale("log")
-    if len(run_dirs) <= 8:
+    if len(run_dirs) <= 8 and plotted:
         axis.legend(fontsize=6)
     if plotted:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         save(figure, out, pdf)  # and closes it
     else:
         plt.close(figure)
-    return tags
+    return tags, plotted
 
 
 def main() -> None:
@@ -767,10 +768,10 @@ def main() -> None:
             parser.exit(2, f"error: not a run directory (no args.json, no event file): {missing[0]}\n")
         if args.smooth < 1:
             parser.exit(2, "error: --smooth must be >= 1\n")
-        tags = plot_curves(args.run_dirs, args.tag, args.out, args.smooth, args.pdf)
-        if args.tag not in tags:
+        tags, plotted = plot_curves(args.run_dirs, args.tag, args.out, args.smooth, args.pdf)
+        if not plotted:  # (an all-NaN tag has no point left)
             known = f"the runs' tags: {', '.join(sorted(tags))}" if tags else "the runs have logged no scalar yet"
-            parser.exit(2 if tags else 1, f"error: no run has the tag {args.tag!r}, nothing written ({known})\n")
+            parser.exit(2 if tags else 1, f"error: no run has finite points of {args.tag!r}, nothing written ({known})\n")
     elif not os.path.isdir(args.sweep_dir):
         parser.exit(2, f"error: {args.sweep_dir!r} is not a directory\n")
     elif args.command == "report":

@@ -533,14 +533,18 @@ def test_aggregate_bad_input_exits_2(tmp_path):
         empty = subprocess.run([sys.executable, AGGREGATE, command, str(tmp_path)], capture_output=True, text=True)
         assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "the folder of run directories" in empty.stderr
     run_dir = make_run(tmp_path / "sweep", "Pong-v5__ppo__1__100", ["args.json"])
-    SummaryWriter(str(run_dir)).add_scalar("charts/SPS", 1.0, 1)
+    writer = SummaryWriter(str(run_dir))
+    writer.add_scalar("charts/SPS", 1.0, 1)
+    writer.add_scalar("metrics/ddr", float("inf"), 1)  # no finite point: nothing to draw
+    writer.close()
     curves = [sys.executable, AGGREGATE, "curves", "--out", str(tmp_path / "curve.png")]
     for arguments, message in [
         ([str(tmp_path / "sweep")], "not a run directory"),  # the folder of the runs, not a run
         (
             [str(run_dir), "--tag", "charts/typo"],
-            "no run has the tag 'charts/typo', nothing written (the runs' tags: charts/SPS)",
+            "no run has finite points of 'charts/typo', nothing written (the runs' tags: charts/SPS, metrics/ddr)",
         ),
+        ([str(run_dir), "--tag", "metrics/ddr"], "no run has finite points of 'metrics/ddr', nothing written"),
     ]:
         result = subprocess.run([*curves, *arguments], capture_output=True, text=True)
         assert result.returncode == 2 and message in result.stderr, result.stderr
