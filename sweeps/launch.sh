@@ -4,6 +4,13 @@
 #   bash sweeps/launch.sh commands.txt
 #   some_sweep_loop | LAUNCHER=print bash sweeps/launch.sh
 #
+# A Slurm array instead of one job a command (one line a task, each its own LOG_DIR; from the repository root):
+#   LAUNCHER=print bash sweeps/fixed_budget.sh > commands.txt
+#   sbatch --array=1-$(wc -l < commands.txt) --wrap='sed -n "${SLURM_ARRAY_TASK_ID}p" commands.txt |
+#       LOG_DIR=sweep_logs/array-$SLURM_ARRAY_TASK_ID bash sweeps/launch.sh'
+# Two launchers may share a RUNS_DIR (a run in training is skipped: the scripts lock it), but two that reach the same
+# new run within the seconds before its script has created its run directory would both train it.
+#
 # Environment:
 #   LAUNCHER      local (default): run with JOBS parallel workers on this machine
 #                 print: only print the commands (a dry run; nothing is checked or started)
