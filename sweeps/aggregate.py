@@ -211,6 +211,13 @@ def score_curve(run: dict, grid: np.ndarray) -> np.ndarray:
     return curve
 
 
+def run_ddr(run: dict) -> float | None:
+    """The run's data-to-divergence ratio: the median of its metrics/ddr over training (not the mean: the annealed LR's
+    last KLs near 0 would rule it); None without one."""
+    values = run["scalars"].get("metrics/ddr", ((), ()))[1]
+    return float(np.median(values)) if len(values) else None
+
+
 def numbers_as_numbers(name: str) -> list:
     """A sort key that orders ppo_envs8 < ppo_envs16 < ppo_envs128 (as text: 128 < 16 < 8), lr0.25 < lr0.5."""
     parts = re.split(r"([0-9]+(?:\.[0-9]+)?)", name)  # the odd parts are the numbers
@@ -376,8 +383,8 @@ def plot_iqm_curves(curve_matrices, grid, colors, label, reps, out, pdf) -> None
     points, intervals = interval_estimates(curve_matrices, iqm_per_point, reps)
     figure, axis = plt.subplots(figsize=(6.4, 4), layout="constrained")
     for config in curve_matrices:
-        label = config if np.isfinite(points[config]).any() else None
-        axis.plot(grid, points[config], color=colors[config], label=label, marker=".", markersize=3)
+        line = config if np.isfinite(points[config]).any() else None  # (`label` is the score's name)
+        axis.plot(grid, points[config], color=colors[config], label=line, marker=".", markersize=3)
         axis.fill_between(grid, intervals[config][0], intervals[config][1], color=colors[config], alpha=0.2)
     axis.set_xlabel("environment steps")
     axis.set_ylabel(f"IQM {label}")
@@ -414,8 +421,8 @@ def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
             if not curves:
                 continue
             mean, half = mean_and_ci(np.array(curves))
-            label = config if np.isfinite(mean).any() else None
-            axis.plot(grid, mean, color=colors[config], label=label, marker=".", markersize=3)
+            line = config if np.isfinite(mean).any() else None
+            axis.plot(grid, mean, color=colors[config], label=line, marker=".", markersize=3)
             axis.fill_between(grid, mean - half, mean + half, color=colors[config], alpha=0.2)
         axis.set_title(METRIC_TITLES.get(tag, tag.removeprefix("metrics/").replace("_", " ")))
         axis.set_xlabel("environment steps")
@@ -474,12 +481,8 @@ def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
     figure, axis = plt.subplots(figsize=(6.4, 4), layout="constrained")
     plotted = False
     for config, by_game in groups.items():
-        points = [
-            (np.median(run["scalars"]["metrics/ddr"][1]), final_score(run, final_fraction))
-            for game_runs in by_game.values()
-            for run in game_runs
-            if len(run["scalars"].get("metrics/ddr", ((), ()))[1])
-        ]
+        runs = [run for game_runs in by_game.values() for run in game_runs if run_ddr(run) is not None]
+        points = [(run_ddr(run), final_score(run, final_fraction)) for run in runs]
         points = [(ddr, score) for ddr, score in points if np.isfinite(score)]  # final_score noted those without one
         if points:
             axis.scatter(*zip(*points, strict=True), color=colors[config], label=config, s=18)
@@ -529,12 +532,7 @@ def report(
     summary = []
     for config, matrix in matrices.items():
         flags = groups[config][games[0]][0]["args"]
-        ddrs = [
-            np.median(run["scalars"]["metrics/ddr"][1])  # not the mean: the annealed LR's last KLs near 0 would rule it
-            for game_runs in groups[config].values()
-            for run in game_runs
-            if len(run["scalars"].get("metrics/ddr", ((), ()))[1])
-        ]
+        ddrs = [ddr for game_runs in groups[config].values() for run in game_runs if (ddr := run_ddr(run)) is not None]
         summary.append(
             {
                 "config": config,

@@ -85,14 +85,14 @@ import ast, itertools, json, os, shlex, sys
 
 recorded, words = json.load(open(sys.argv[1])), shlex.split(sys.argv[2])
 script = next((i for i, word in enumerate(words) if word.endswith(".py")), 0)  # the flags follow the script
+ARITHMETIC = (ast.Constant, ast.Tuple, ast.List, ast.Load, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop)  # 2e-4 * 2
 defaults, computed = {}, set()  # Args' defaults, and those computed from more than numbers (exp_name); none without it
 if script and os.path.isfile(words[script]):
     for node in ast.walk(ast.parse(open(words[script]).read())):
         if isinstance(node, ast.ClassDef) and node.name == "Args":
             for line in node.body:
                 if isinstance(line, ast.AnnAssign) and line.value and "Suppress" not in ast.unparse(line.annotation):
-                    arithmetic = (ast.Constant, ast.Tuple, ast.List, ast.Load, ast.BinOp, ast.UnaryOp, ast.operator)
-                    if all(isinstance(part, (*arithmetic, ast.unaryop)) for part in ast.walk(line.value)):  # e.g. 2e-4 * 2
+                    if all(isinstance(part, ARITHMETIC) for part in ast.walk(line.value)):
                         defaults[line.target.id] = eval(ast.unparse(line.value), {"__builtins__": {}})
                     else:
                         computed.add(line.target.id)

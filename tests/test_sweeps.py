@@ -608,7 +608,9 @@ def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_
     )
 
 
-def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none_and_sorts_numbers(tmp_path, capsys):
+def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none_and_sorts_numbers(
+    tmp_path, capsys, monkeypatch
+):
     """A NaN return or an inf DDR (a KL of 0) is a noted datum left out, not a run lost from the table or a curve cut
     short; a run's DDR is its median; a curve is a gap before a run's first episode and past its last step (it
     repeated the nearest value); configurations sort as numbers; one seed has no CI; the N_envs plot joins the
@@ -656,6 +658,11 @@ def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none
         {"config": name, "num_steps": runs[name]["args"]["num_steps"], "batch_size": 1024, "schedule": None} for name in runs
     ]
     assert list(aggregate.score_series(rows)) == ["ppo, batch = 1024"]
+    figures = []
+    monkeypatch.setattr(aggregate, "save", lambda figure, path, pdf: figures.append(figure))
+    curves = {"ppo_envs8_steps128": aggregate.score_curve(runs["ppo_envs8_steps128"], grid)[None, None]}
+    aggregate.plot_iqm_curves(curves, grid, {"ppo_envs8_steps128": "C0"}, "human-normalised score", 100, "unused", False)
+    assert figures[0].axes[0].get_ylabel() == "IQM human-normalised score"  # not the last line's name
     (tmp_path / "Pong-v5__other__1__100").mkdir()
     writer = SummaryWriter(str(tmp_path / "Pong-v5__other__1__100"))
     writer.add_scalar("charts/episodic_return", 1.0, 100)
