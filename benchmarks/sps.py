@@ -6,7 +6,7 @@
     python benchmarks/sps.py --nproc 2            # also: one run as 2 torchrun processes against 1
     python benchmarks/sps.py --jobs 2             # also: 2 concurrent runs with and without the thread split
     python benchmarks/sps.py --cuda --candidates no-torch-deterministic   # the cost of cuDNN's deterministic kernels
-    python benchmarks/sps.py --scripts ppo_isaacgym.py --mjwarp --num-envs 4096 --num-steps 16 --cuda   # Ant: Warp vs EnvPool
+    python benchmarks/sps.py --scripts --mjwarp --num-envs 4096 --num-steps 16 --cuda   # only Ant: Warp vs EnvPool
 
 The Atari scripts run Breakout-v5, ppo_procgen.py BigfishEasy-v0 and ppo_isaacgym.py
 EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
@@ -351,25 +351,28 @@ def main() -> None:
                 "; ".join(f"{name} {', '.join(cell(x, '{:.0f}') for x in values)}" for name, values in runs.items()),
             )
         )
-    print(f"SPS with metrics every {args.metrics_interval} unless said; eager = CleanRL's path ({' '.join(CLEANRL_EAGER)})")
     candidates = [f"--{candidate.replace(' ', ' --')}" for candidate in args.candidates]
-    print_table(
-        (
-            "",
-            "SPS eager",
-            "SPS defaults",
-            *(f"SPS {candidate}" for candidate in candidates),
-            "defaults / eager",
-            *(f"{candidate} / eager" for candidate in candidates),
-            "defaults / raw",
-            "SPS metrics off",
-            "metrics cost end to end",
-            "cost by direct timing (< 5 %)",
-            "NaN check per iteration",
-            "runs (SPS)",
-        ),
-        rows,
-    )
+    if args.scripts:  # `--scripts` with no name: only the tables asked for below (--mjwarp, say)
+        print(
+            f"SPS with metrics every {args.metrics_interval} unless said; eager = CleanRL's path ({' '.join(CLEANRL_EAGER)})"
+        )
+        print_table(
+            (
+                "",
+                "SPS eager",
+                "SPS defaults",
+                *(f"SPS {candidate}" for candidate in candidates),
+                "defaults / eager",
+                *(f"{candidate} / eager" for candidate in candidates),
+                "defaults / raw",
+                "SPS metrics off",
+                "metrics cost end to end",
+                "cost by direct timing (< 5 %)",
+                "NaN check per iteration",
+                "runs (SPS)",
+            ),
+            rows,
+        )
     if args.nproc > 1:
         compare_torchrun(args)
     if args.jobs > 1:
