@@ -147,7 +147,7 @@ class Args:
     torch_deterministic: bool = True
     """set `torch.backends.cudnn.deterministic`"""
     torch_threads: int | None = None
-    """torch's CPU threads (default: torch's own, one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    """torch's CPU threads (default: 1 on a GPU, else one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
     channels_last: bool = True
     """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
     fused_adam: bool = True
@@ -763,8 +763,10 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
+    # On a GPU torch's host work is copies. Its OpenMP threads spin for milliseconds after each, on the cores EnvPool
+    # steps on: one thread (benchmarks/host_threads.py: 32 envs on 2 cores stepped 4,066/s alone, 2,721 beside 2 spinning)
+    if threads := args.torch_threads or (1 if args.cuda and torch.cuda.is_available() else None):
+        torch.set_num_threads(threads)
     if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
         libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)  # trim threshold 1 GiB, mmap threshold 32 MiB
     torch.backends.cudnn.deterministic = args.torch_deterministic

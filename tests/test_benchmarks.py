@@ -1,4 +1,4 @@
-"""benchmarks/random_policy.py: the random-policy line of the learning checks."""
+"""The benchmark scripts on tiny budgets: each runs and prints what it says it measures."""
 
 import re
 
@@ -146,3 +146,13 @@ def test_learning_table_of_two_runs(tmp_path):
     assert rows["games ending after 90 % of the steps"][0] == "94.50 (10)"  # steps 910..1000: returns 90..99
     assert rows["best game"] == ["99", "5"]
     assert run_script("benchmarks/learning_table.py", str(tmp_path / "none")).returncode == 1
+
+
+def test_host_threads_benchmark_times_envpool_alone_and_with_the_copy_on_1_and_all_threads():
+    result = run_script("benchmarks/host_threads.py", "--num-envs", "2", "--steps", "5", "--repeats", "1")
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.startswith("Breakout-v5, 2 envs") and len(rows) == 3, result.stdout
+    assert [row.split("  ")[0] for row in rows][:2] == ["EnvPool alone", "and the copy, torch on 1 thread"]
+    rates_and_ratios = [[float(cell.replace(",", "")) for cell in row.split()[-2:]] for row in rows]
+    assert rates_and_ratios[0][1] == 1.0 and all(rate > 0 and ratio > 0 for rate, ratio in rates_and_ratios)

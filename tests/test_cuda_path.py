@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 from types import SimpleNamespace
 
 import numpy as np
@@ -360,6 +361,31 @@ def test_checkpoint_keeps_the_training_gpus_random_state_and_resumes_with_fewer_
     module.save_checkpoint(str(tmp_path), module.Args(), {"iteration": 1, "global_step": 32}, [], model=layer)
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert len(saved["rng"]["cuda"]) == 1 and saved["rng"]["cuda"][0].tolist() == [7] * 16
+
+
+ALL_SCRIPTS = [ppo_atari_envpool, ppo_ewma_atari, pqn_atari, ppo_rnd_atari, ppo_procgen, ppo_isaacgym]
+
+
+@pytest.mark.parametrize("module", ALL_SCRIPTS, ids=lambda m: m.__name__)
+def test_torch_takes_one_cpu_thread_on_a_gpu_unless_told(module, monkeypatch, tmp_path):
+    """On a GPU torch's host work is copies, after which its idle OpenMP threads spin on the cores EnvPool steps on.
+    A GPU is stood in for: this machine may have none."""
+    threads, handlers = (
+        torch.get_num_threads(),
+        {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)},
+    )
+    try:
+        for gpu, torch_threads, expected in ((True, None, 1), (True, 2, 2), (False, None, 3)):
+            monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+            torch.set_num_threads(3)
+            args = module.validate_and_derive(module.Args(runs_dir=str(tmp_path), torch_threads=torch_threads))
+            _, writer, progress, _ = module.start_run(args, None)
+            writer.close(), progress.close()
+            assert torch.get_num_threads() == expected, (gpu, torch_threads)
+    finally:
+        torch.set_num_threads(threads)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 @pytest.mark.parametrize("script", ["pqn_atari.py", "ppo_rnd_atari.py"])
