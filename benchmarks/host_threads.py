@@ -4,10 +4,10 @@
 
 On a GPU the scripts' host work in a step is EnvPool's step, then one torch copy of its frames into page-locked
 memory. A copy this size runs on torch's OpenMP threads, which then wait for more work by spinning for milliseconds,
-on the cores EnvPool's own threads step on. Prints EnvPool's Breakout-v5 steps per second (random actions) for the
-step alone, then the step and the copy with torch on one thread (the scripts' default on a GPU) and on every core
-(torch's default), the three alternated --repeats times (the median of each), and the last two's ratios to the first.
-"""
+on the cores EnvPool's own threads step on. Prints env steps per second of a loop of Breakout-v5 steps (random
+actions): the step alone, then the step and the copy with torch on one thread (the scripts' default on a GPU) and on
+every core (torch's default), the three alternated --repeats times (the median of each), and the last two's ratios
+to the first."""
 
 import os
 import statistics
@@ -54,7 +54,9 @@ def main() -> None:
             torch.set_num_threads(threads)
             rates[name].append(steps_per_second(envs, args.num_envs, copy_into, args.steps, rng))
     alone = statistics.median(rates["EnvPool alone"])
-    print(f"Breakout-v5, {args.num_envs} envs, {cores} cores: EnvPool steps/s (median of {args.repeats}), ratio to alone")
+    print(
+        f"Breakout-v5, {args.num_envs} envs, {cores} cores: env steps/s of the loop (median of {args.repeats}), ratio to alone"
+    )
     for name, values in rates.items():
         print(f"{name:40s} {statistics.median(values):>9,.0f}  {statistics.median(values) / alone:.2f}")
 

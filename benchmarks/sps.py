@@ -26,14 +26,14 @@ Prints, measured on this machine in this one invocation:
      `metrics-interval` training iterations at the metrics-off SPS); and the cost of the per-iteration NaN/inf
      check (`stop_if_not_finite`) by the same direct timing, against one iteration.
 With --nproc K, a second table: for each script that runs under torchrun, the SPS of one
-process stepping all N envs against K processes of one run stepping N / K each (with
-cores / K torch threads each, so that they do not fight over the cores), alternated.
+process stepping all N envs against K processes of one run stepping N / K each (on the CPU with
+cores / K torch threads each, so that they do not fight over the cores; with --cuda each on its own GPU), alternated.
 With --mjwarp, a table for Ant at --num-envs: EnvPool's Ant-v5 on the CPU and Gymnasium's Ant-v5 on
 MuJoCo Warp (mujoco_warp_tasks.py, on the training device), each simulator alone with random
 actions and PPO end to end (ppo_isaacgym.py --backend envpool / mjwarp).
 With --jobs J, a third table: J runs of each script at the same time, first each with
-torch's default threads (every core), then with cores / J threads each (OMP_NUM_THREADS and
---torch-threads, as sweeps/launch.sh sets for JOBS=J), and the per-run SPS of both.
+torch's default threads (every core), then with cores / J threads each (OMP_NUM_THREADS, as
+sweeps/launch.sh sets for JOBS=J), and the per-run SPS of both; on the CPU only (on a GPU the scripts take 1 thread).
 Every script runs the same batch shape (ppo_rnd_atari.py with a one-iteration
 observation-normalisation warm-up, which is not timed).
 Training SPS is the script's own charts/SPS at the end of the run (env steps per second
@@ -225,7 +225,7 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
     torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
-    threads = threads or (max(1, (os.cpu_count() or 1) // nproc) if nproc > 1 else 0)
+    threads = threads or (max(1, (os.cpu_count() or 1) // nproc) if nproc > 1 and not args.cuda else 0)
     environment = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     with tempfile.TemporaryDirectory() as runs_dir:
         command = [
@@ -249,7 +249,6 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
             *flags,
         ]
         threads_env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
-        command += ["--torch-threads", str(threads)] if threads else []
         result = subprocess.run(
             command,
             check=False,
@@ -281,8 +280,11 @@ def main() -> None:
     if unknown:
         print(f"error: --scripts: unknown {', '.join(unknown)} (choose from {', '.join(ALL_SCRIPTS)})", file=sys.stderr)
         sys.exit(2)
-    if args.jobs < 1:
-        print(f"error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+    if args.jobs < 1 or (args.jobs > 1 and args.cuda):
+        print(f"error: --jobs {args.jobs}: >= 1, and 1 with --cuda (the thread split is the CPU's)", file=sys.stderr)
+        sys.exit(2)
+    if not args.scripts and not args.mjwarp:
+        print("error: --scripts names no script and --mjwarp is off: nothing to measure", file=sys.stderr)
         sys.exit(2)
     if args.nproc < 1 or args.num_envs % args.nproc:
         print(f"error: --nproc {args.nproc} does not split --num-envs {args.num_envs} evenly", file=sys.stderr)
@@ -406,7 +408,7 @@ def compare_thread_split(args: Args) -> None:
         )
     print(
         f"\n{args.jobs} runs at once, metrics every {args.metrics_interval}: per-run SPS with torch's default threads "
-        f"against {split} thread(s) each (OMP_NUM_THREADS and --torch-threads, as sweeps/launch.sh sets for JOBS={args.jobs})"
+        f"against {split} thread(s) each (OMP_NUM_THREADS, as sweeps/launch.sh sets for JOBS={args.jobs})"
     )
     print_table(("", "SPS per run, default threads", "SPS per run, split", "ratio", "runs (SPS)"), rows)
 
@@ -480,7 +482,8 @@ def compare_torchrun(args: Args) -> None:
         )
     print(
         f"\none run, metrics every {args.metrics_interval}: 1 process x {args.num_envs} envs against {args.nproc} torchrun "
-        f"processes x {args.num_envs // args.nproc} envs ({max(1, (os.cpu_count() or 1) // args.nproc)} torch threads each)"
+        f"processes x {args.num_envs // args.nproc} envs "
+        + ("(one GPU each)" if args.cuda else f"({max(1, (os.cpu_count() or 1) // args.nproc)} torch threads each)")
     )
     print_table(("", "SPS 1 process", f"SPS {args.nproc} processes", "ratio", "runs (SPS)"), rows)
 

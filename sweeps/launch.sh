@@ -18,11 +18,10 @@
 #                 starts, and again when Slurm requeues it (pre-emption, --requeue): it resumes from the checkpoint
 #                 exec: check the one command of the file as below and run it in this process (what a Slurm job does)
 #   JOBS          local parallel workers (default 1); they share the cores: unless OMP_NUM_THREADS is
-#                 set, each run's torch gets cores / (JOBS x NPROC) threads (OMP_NUM_THREADS, and
-#                 --torch-threads for the project's scripts where no GPU is seen: on one they take 1), as runs
-#                 that each take every core slow each other down; with several GPUs (CUDA_VISIBLE_DEVICES's,
-#                 else nvidia-smi's), each worker gets NPROC of its own (in turn, when the workers need more
-#                 than there are)
+#                 set, it is cores / (JOBS x NPROC), which torch follows (a script training on a GPU takes 1
+#                 thread), as runs that each take every core slow each other down; with several GPUs
+#                 (CUDA_VISIBLE_DEVICES's, else nvidia-smi's), each worker gets NPROC of its own (in turn,
+#                 when the workers need more than there are)
 #   SBATCH_ARGS   extra sbatch arguments for LAUNCHER=slurm, e.g. "--gres=gpu:1 --time=24:00:00"
 #   LOG_DIR       where each command's output goes (default sweep_logs/<date-time>-<pid>)
 #   NPROC         run each command ("PYTHON SCRIPT FLAGS") as NPROC processes of one run with torchrun
@@ -300,9 +299,6 @@ for line in "${commands[@]}"; do
         continue
     fi
     [[ $command == *" --resume "* && $line != *" --resume "* ]] && resumed=$((resumed + 1))
-    if [[ $LAUNCHER == local && ${#gpus[@]} == 0 && $command =~ (ppo_[a-z_]+|pqn_atari)\.py ]]; then
-        [[ $command == *--torch-threads* ]] || command+=" --torch-threads $OMP_NUM_THREADS"
-    fi
     started=$((started + 1))
     if [[ $LAUNCHER == slurm ]]; then
         printf '%s\n' "$line" >"$LOG_DIR/$job_name.command" # the job checks its run at each start: LAUNCHER=exec

@@ -88,10 +88,18 @@ def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_r
         assert all(float(cell.replace(",", "")) > 0 for cell in row.split()[-2:]), row
 
 
-def test_sps_benchmark_refuses_cuda_without_a_gpu():
-    result = run_script("benchmarks/sps.py", "--cuda")
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--cuda"], "error: --cuda: no CUDA device"),
+        (["--jobs", "2", "--cuda"], "error: --jobs 2: >= 1, and 1 with --cuda"),  # on a GPU the scripts take 1 thread
+        (["--scripts"], "error: --scripts names no script and --mjwarp is off"),
+    ],
+)
+def test_sps_benchmark_refuses_what_it_cannot_measure_in_one_line(flags, error):
+    result = run_script("benchmarks/sps.py", *flags)
     assert result.returncode == 2 and result.stdout == ""
-    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: --cuda") and "CUDA" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(error), result.stderr
 
 
 def test_async_envs_benchmark_times_the_three_modes():

@@ -375,13 +375,18 @@ def test_torch_takes_one_cpu_thread_on_a_gpu_unless_told(module, monkeypatch, tm
         {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)},
     )
     try:
-        for gpu, torch_threads, expected in ((True, None, 1), (True, 2, 2), (False, None, 3)):
+        for gpu, cuda, torch_threads, expected in (
+            (True, True, None, 1),
+            (True, True, 2, 2),
+            (True, False, None, 3),
+            (False, True, None, 3),
+        ):
             monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
             torch.set_num_threads(3)
-            args = module.validate_and_derive(module.Args(runs_dir=str(tmp_path), torch_threads=torch_threads))
-            _, writer, progress, _ = module.start_run(args, None)
+            flags = module.Args(runs_dir=str(tmp_path), cuda=cuda, torch_threads=torch_threads)
+            _, writer, progress, _ = module.start_run(module.validate_and_derive(flags), None)
             writer.close(), progress.close()
-            assert torch.get_num_threads() == expected, (gpu, torch_threads)
+            assert torch.get_num_threads() == expected, (gpu, cuda, torch_threads)
     finally:
         torch.set_num_threads(threads)
         for signum, handler in handlers.items():
