@@ -49,7 +49,7 @@ def transitions_per_second(agent: Agent, pool_size: int, batch_size: int, steps:
 
 
 def main() -> None:
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=__doc__)
     torch.manual_seed(0)
     agent = Agent(num_actions=4, separate_networks=False)
     modes = {

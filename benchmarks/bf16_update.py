@@ -72,7 +72,7 @@ def seconds_per_update(network, obs, outputs, steps: int, synchronize) -> float:
 
 
 def main() -> None:
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=__doc__)
     if args.cuda and not torch.cuda.is_available():
         sys.exit("error: --cuda: no CUDA device is visible")
     if args.threads:

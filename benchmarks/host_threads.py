@@ -40,7 +40,7 @@ def steps_per_second(envs, num_envs: int, host_obs: torch.Tensor | None, steps: 
 
 
 def main() -> None:
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=__doc__)
     envs = envpool.make("Breakout-v5", "gymnasium", num_envs=args.num_envs, seed=0, episodic_life=True, reward_clip=True)
     host_obs = torch.empty((args.num_envs, *envs.observation_space.shape), dtype=torch.uint8)
     envs.reset()

@@ -30,7 +30,7 @@ class Args:
 
 
 def main() -> None:
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=__doc__)
     levels = {} if args.num_levels is None else {"num_levels": args.num_levels, "start_level": args.start_level}
     envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed, **levels)
     space, rng = envs.action_space, np.random.default_rng(args.seed)

@@ -45,7 +45,7 @@ class Args:
 
 
 def main() -> None:
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=__doc__)
     print(f"{args.script} on {args.env_id}, {args.iterations} iterations a run, seed {args.seed}; mean (max) over them")
     print(f"{'setting':<22}{'first minibatch KL':>28}{'first clip fraction':>28}{'update KL':>14}{'clip fraction':>15}")
     for num_envs in args.num_envs:

@@ -275,7 +275,7 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
 
 
 def main() -> None:
-    args = tyro.cli(Args)
+    args = tyro.cli(Args, description=__doc__)
     unknown = sorted(set(args.scripts) - set(ALL_SCRIPTS))
     if unknown:
         print(f"error: --scripts: unknown {', '.join(unknown)} (choose from {', '.join(ALL_SCRIPTS)})", file=sys.stderr)

@@ -4,7 +4,9 @@
 # environments or longer rollouts. BACKEND=envpool (default) runs EnvPool's Ant-v5 and
 # Humanoid-v5 on the CPU anywhere; BACKEND=mjwarp runs Gymnasium's Ant-v5 and Humanoid-v5 on
 # MuJoCo Warp (a GPU simulator; on a CPU it is slow); BACKEND=isaacgym runs the Isaac Gym tasks.
-# GAMES="Ant Humanoid" names the same two tasks on every backend.
+# GAMES="Ant Humanoid" names the same two tasks on every backend. On a GPU use BACKEND=mjwarp (Ant at 4096 envs on an
+# H200: 4.4x EnvPool's PPO SPS on 16 cores, benchmarks/RESULTS.md), with a RUNS_DIR per backend: their runs are of
+# other tasks (Ant-v5 on EnvPool, Ant elsewhere) and one report would show them as two games.
 #
 #   bash sweeps/continuous.sh                                 # small CPU version
 #   SCALE=paper LAUNCHER=print bash sweeps/continuous.sh      # the paper's commands

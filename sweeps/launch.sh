@@ -17,9 +17,10 @@
 #                 slurm: submit each command as one job with `sbatch --wrap`; the job looks at its run when it
 #                 starts, and again when Slurm requeues it (pre-emption, --requeue): it resumes from the checkpoint
 #                 exec: check the one command of the file as below and run it in this process (what a Slurm job does)
-#   JOBS          local parallel workers (default 1); they share the cores: unless OMP_NUM_THREADS is
-#                 set, it is cores / (JOBS x NPROC), which torch follows (a script training on a GPU takes 1
-#                 thread), as runs that each take every core slow each other down; with several GPUs
+#   JOBS          local parallel workers (default: one per NPROC GPUs seen, else 1; more runs than GPUs can
+#                 share them, e.g. JOBS=16 on 8 GPUs); they share the cores: unless OMP_NUM_THREADS is set, it
+#                 is cores / (JOBS x NPROC), which torch follows (a script training on a GPU takes 1 thread),
+#                 as runs that each take every core slow each other down; with several GPUs
 #                 (CUDA_VISIBLE_DEVICES's, else nvidia-smi's), each worker gets NPROC of its own (in turn,
 #                 when the workers need more than there are)
 #   SBATCH_ARGS   extra sbatch arguments for LAUNCHER=slurm, e.g. "--gres=gpu:1 --time=24:00:00"
@@ -45,7 +46,7 @@
 set -uo pipefail
 
 LAUNCHER=${LAUNCHER:-local}
-JOBS=${JOBS:-1}
+JOBS=${JOBS:-}
 SBATCH_ARGS=${SBATCH_ARGS:-}
 LOG_DIR=${LOG_DIR:-sweep_logs/$(date +%Y%m%d-%H%M%S)-$$}
 NPROC=${NPROC:-1}
@@ -55,7 +56,7 @@ case $LAUNCHER in local | print | slurm | exec) ;; *)
     exit 2
     ;;
 esac
-if ! [[ $JOBS =~ ^[1-9][0-9]*$ ]]; then
+if [[ -n $JOBS ]] && ! [[ $JOBS =~ ^[1-9][0-9]*$ ]]; then
     echo "error: JOBS must be a positive integer, got '$JOBS'" >&2
     exit 2
 fi
@@ -236,14 +237,19 @@ fi
 
 gpus=()
 if [[ $LAUNCHER == local ]]; then # (Slurm jobs keep the environment of their own node)
-    cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) # nproc: the cores this process may use
-    threads=$((cores / (JOBS * NPROC)))
-    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((threads > 0 ? threads : 1))}
     if [[ -n ${CUDA_VISIBLE_DEVICES+set} ]]; then # set, even to none: those
         IFS=', ' read -ra gpus <<<"$CUDA_VISIBLE_DEVICES"
     elif listed=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null); then
         mapfile -t gpus < <(grep -xE '[0-9]+' <<<"$listed")
     fi
+    if [[ -z $JOBS ]] && ((${#gpus[@]} >= 2 * NPROC)); then # every GPU busy, not one
+        JOBS=$((${#gpus[@]} / NPROC))
+        echo "JOBS=$JOBS: a worker per $NPROC of the ${#gpus[@]} GPUs (set JOBS to choose)"
+    fi
+    JOBS=${JOBS:-1}
+    cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) # nproc: the cores this process may use
+    threads=$((cores / (JOBS * NPROC)))
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((threads > 0 ? threads : 1))}
 fi
 
 if ! mkdir -p "$LOG_DIR" || ! LOG_DIR=$(cd "$LOG_DIR" && pwd); then # absolute: a Slurm job reads its command there

@@ -1,9 +1,10 @@
 """The benchmark scripts on tiny budgets: each runs and prints what it says it measures."""
 
+import os
 import re
 
 import pytest
-from conftest import run_script
+from conftest import ROOT, run_script
 from torch.utils.tensorboard import SummaryWriter
 
 
@@ -164,3 +165,11 @@ def test_host_threads_benchmark_times_envpool_alone_and_with_the_copy_on_1_and_a
     assert [row.split("  ")[0] for row in rows][:2] == ["EnvPool alone", "and the copy, torch on 1 thread"]
     rates_and_ratios = [[float(cell.replace(",", "")) for cell in row.split()[-2:]] for row in rows]
     assert rates_and_ratios[0][1] == 1.0 and all(rate > 0 and ratio > 0 for rate, ratio in rates_and_ratios)
+
+
+@pytest.mark.parametrize("script", ["async_envs", "bf16_update", "host_threads", "random_policy", "ratio_noise", "sps"])
+def test_benchmark_help_says_what_it_measures(script):
+    """--help shows the module's docstring (what it measures, example commands) before the flags."""
+    result = run_script(f"benchmarks/{script}.py", "--help")
+    first_line = open(os.path.join(ROOT, "benchmarks", f"{script}.py")).read().split('"""')[1].splitlines()[0]
+    assert result.returncode == 0 and first_line in result.stdout, result.stdout

@@ -452,6 +452,7 @@ def check_cuda_run(result, runs_dir):
     scalars = read_scalars(run_dir)
     assert any(tag.startswith("losses/") for tag in scalars) and "metrics/weight_norm" in scalars, sorted(scalars)
     assert all(np.isfinite(value) for _, value in scalars["metrics/feature_rank"])  # the metrics ran on CUDA
+    assert json.load(open(os.path.join(run_dir, "args.json")))["device"] == torch.cuda.get_device_name()
     return run_dir
 
 

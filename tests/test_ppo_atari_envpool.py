@@ -291,6 +291,7 @@ def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16, 16]] and args["num_iterations"] == 8
     assert args["script"] == "ppo_atari_envpool.py"  # sweeps/launch.sh tells a variant's run apart by it
+    assert args["device"] == "cpu"  # what trained it: --cuda (the default) fell back to the CPU here
 
     check_run_artifacts(
         run_dir,

@@ -26,7 +26,7 @@ SWEEPS = sorted(path for path in glob.glob(os.path.join(ROOT, "sweeps", "*.sh"))
 def launch(commands, tmp_path, **env):
     commands_file = tmp_path / "commands.txt"
     commands_file.write_text(commands)
-    full_env = {**os.environ, "LOG_DIR": str(tmp_path / "logs"), **env}
+    full_env = {**os.environ, "LOG_DIR": str(tmp_path / "logs"), "JOBS": "1", **env}  # JOBS="": its default (per GPU)
     return subprocess.run(
         ["bash", LAUNCH, str(commands_file)], capture_output=True, text=True, env=full_env, cwd=tmp_path, timeout=120
     )
@@ -183,6 +183,10 @@ def test_local_workers_get_gpus_of_their_own(tmp_path, monkeypatch):
 
     assigned = gpus()
     assert sorted(assigned[:2]) == ["0", "1"] and set(assigned) == {"0", "1"}  # two workers, two GPUs, taken in turn
+    by_default = launch(commands, tmp_path, JOBS="")  # JOBS left out: a worker per GPU, not 2 of the 3 GPUs idle
+    assert by_default.stdout.startswith("JOBS=3: a worker per 1 of the 3 GPUs"), by_default.stdout
+    assert sorted((tmp_path / f"gpu{i}").read_text().strip() for i in range(1, 4)) == ["0", "1", "2"]
+    assert "JOBS=" not in launch(commands, tmp_path, JOBS="", NPROC="2").stdout  # 3 GPUs: 1 worker of 2 (JOBS=1)
     assert set(gpus(CUDA_VISIBLE_DEVICES="5, 7")) == {"5", "7"}
     assert set(gpus(CUDA_VISIBLE_DEVICES="")) == {""}  # hidden: every GPU stays hidden
     (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
