@@ -382,11 +382,14 @@ def test_torch_takes_one_cpu_thread_on_a_gpu_unless_told(module, monkeypatch, tm
             (False, True, None, 3),
         ):
             monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+            monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Stand-in GPU")
             torch.set_num_threads(3)
-            flags = module.Args(runs_dir=str(tmp_path), cuda=cuda, torch_threads=torch_threads)
-            _, writer, progress, _ = module.start_run(module.validate_and_derive(flags), None)
+            flags = module.Args(runs_dir=str(tmp_path), cuda=cuda, torch_threads=torch_threads)  # a run directory each
+            run_dir, writer, progress, _ = module.start_run(module.validate_and_derive(flags), None)
             writer.close(), progress.close()
             assert torch.get_num_threads() == expected, (gpu, cuda, torch_threads)
+            device = json.load(open(os.path.join(run_dir, "args.json")))["device"]  # what trained the run
+            assert device == ("Stand-in GPU" if gpu and cuda else "cpu"), (gpu, cuda, device)
     finally:
         torch.set_num_threads(threads)
         for signum, handler in handlers.items():
