@@ -147,7 +147,7 @@ class Args:
     torch_deterministic: bool = True
     """set `torch.backends.cudnn.deterministic`"""
     torch_threads: int | None = None
-    """torch's CPU threads (default: 1 on a GPU, else one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    """torch's CPU threads (default: 1 on a GPU, else torch's: OMP_NUM_THREADS, set by sweeps/launch.sh, or one per core)"""
     fused_adam: bool = True
     """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
     reuse_host_memory: bool = True

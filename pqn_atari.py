@@ -130,7 +130,7 @@ class Args:
     torch_deterministic: bool = True
     """set `torch.backends.cudnn.deterministic`"""
     torch_threads: int | None = None
-    """torch's CPU threads (default: 1 on a GPU, else one per core); sweeps/launch.sh gives each of JOBS runs cores / JOBS"""
+    """torch's CPU threads (default: 1 on a GPU, else torch's: OMP_NUM_THREADS, set by sweeps/launch.sh, or one per core)"""
     channels_last: bool = True
     """pixels in NHWC layout before the float conversion: oneDNN's fast convolutions (--no-channels-last: CleanRL's NCHW)"""
     fused_adam: bool = True
