@@ -3,11 +3,12 @@
     python benchmarks/host_threads.py --num-envs 128
 
 On a GPU the scripts' host work in a step is EnvPool's step, then one torch copy of its frames into page-locked
-memory. A copy this size runs on torch's OpenMP threads, which then wait for more work by spinning for milliseconds,
-on the cores EnvPool's own threads step on. Prints env steps per second of a loop of Breakout-v5 steps (random
-actions): the step alone, then the step and the copy with torch on one thread (the scripts' default on a GPU) and on
-every core (torch's default), the three alternated --repeats times (the median of each), and the last two's ratios
-to the first."""
+memory (here into ordinary memory: pinning needs CUDA). A copy this size runs on torch's OpenMP threads, which then
+wait for more work by spinning for milliseconds, on the cores EnvPool's own threads step on. Prints env steps per
+second of a loop of Breakout-v5 steps (random actions): the step alone, then the step and the copy with torch on one
+thread (the scripts' default on a GPU) and on every core (torch's default), the three alternated --repeats times (the
+median of each), and the last two's ratios to the first.
+"""
 
 import os
 import statistics

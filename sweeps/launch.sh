@@ -238,7 +238,7 @@ fi
 gpus=()
 if [[ $LAUNCHER == local ]]; then # (Slurm jobs keep the environment of their own node)
     if [[ -n ${CUDA_VISIBLE_DEVICES+set} ]]; then # set, even to none: those
-        IFS=', ' read -ra gpus <<<"$CUDA_VISIBLE_DEVICES"
+        read -ra gpus <<<"${CUDA_VISIBLE_DEVICES//,/ }" # "0, 1", "3,,5": no empty entries
     elif listed=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null); then
         mapfile -t gpus < <(grep -xE '[0-9]+' <<<"$listed")
     fi

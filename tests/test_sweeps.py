@@ -188,6 +188,7 @@ def test_local_workers_get_gpus_of_their_own(tmp_path, monkeypatch):
     assert sorted((tmp_path / f"gpu{i}").read_text().strip() for i in range(1, 4)) == ["0", "1", "2"]
     assert "JOBS=" not in launch(commands, tmp_path, JOBS="", NPROC="2").stdout  # 3 GPUs: 1 worker of 2 (JOBS=1)
     assert set(gpus(CUDA_VISIBLE_DEVICES="5, 7")) == {"5", "7"}
+    assert set(gpus(CUDA_VISIBLE_DEVICES="5,,7")) == {"5", "7"}  # an empty entry is no GPU
     assert set(gpus(CUDA_VISIBLE_DEVICES="")) == {""}  # hidden: every GPU stays hidden
     (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
     assert set(gpus()) == {""}  # no GPU listed: none assigned
