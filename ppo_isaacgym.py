@@ -666,6 +666,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
         flags["device"] = torch.cuda.get_device_name(LOCAL_RANK) if args.cuda and torch.cuda.is_available() else "cpu"
+        flags["processes"] = WORLD_SIZE  # a seed names another run at another process count: its own actions, minibatches
         write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
     # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it). A
     # POSIX lock (lockf): it works over NFS, and this process may lock it again (tests run main() twice in-process)

@@ -291,7 +291,7 @@ def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16, 16]] and args["num_iterations"] == 8
     assert args["script"] == "ppo_atari_envpool.py"  # sweeps/launch.sh tells a variant's run apart by it
-    assert args["device"] == "cpu"  # what trained it: --cuda (the default) fell back to the CPU here
+    assert args["device"] == "cpu" and args["processes"] == 1  # --cuda (the default) fell back to the CPU here
 
     check_run_artifacts(
         run_dir,
@@ -715,7 +715,8 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 9)]
     # 4 envs, 40-step time limit, 64 steps each in the first phase: a game per env, from both processes
     assert len(scalars["charts/episodic_length"]) >= 4
-    assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
+    flags = json.load(open(os.path.join(run_dir, "args.json")))
+    assert flags["num_envs"] == 4 and flags["processes"] == 2  # the global N_envs, and torchrun's process count
     assert [value for _, value in scalars["charts/num_envs"]] == [4] * 4 + [8] * 4
     assert len({value for _, value in scalars["charts/clip_coef"]}) > 1
     # The metrics measure both processes' sample: the DDR that adapts the clip (from the KL averaged over processes) is
