@@ -763,15 +763,16 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
+    gpu = args.cuda and torch.cuda.is_available()
     # On a GPU torch's host work is copies. Its OpenMP threads spin for milliseconds after each, on the cores EnvPool
     # steps on: one thread (benchmarks/host_threads.py: 32 envs on 2 cores stepped 4,066/s alone, 2,721 beside 2 spinning)
-    if threads := args.torch_threads or (1 if args.cuda and torch.cuda.is_available() else None):
+    if threads := args.torch_threads or (1 if gpu else None):
         torch.set_num_threads(threads)
     if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
         libc.mallopt(-1, 2**30), libc.mallopt(-3, 2**25)  # trim threshold 1 GiB, mmap threshold 32 MiB
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # used on Ampere GPUs and newer
-    if WORLD_SIZE > 1 and args.cuda and torch.cuda.is_available():
+    if WORLD_SIZE > 1 and gpu:
         torch.cuda.set_device(LOCAL_RANK)
         dist.init_process_group("cpu:gloo,cuda:nccl")
     elif WORLD_SIZE > 1:
@@ -796,7 +797,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
         except OSError as error:
             fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
         flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
-        flags["device"] = torch.cuda.get_device_name(LOCAL_RANK) if args.cuda and torch.cuda.is_available() else "cpu"
+        flags["device"] = torch.cuda.get_device_name(LOCAL_RANK) if gpu else "cpu"
         flags["processes"] = WORLD_SIZE  # a seed names another run at another process count: its own actions, minibatches
         write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
     # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it). A
@@ -808,7 +809,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
         fail(f"{run_dir} is being trained by another process (it holds the run's lock file)")
     except OSError:
         pass  # a file system without locks (some cluster mounts): unguarded
-    if args.cuda and not torch.cuda.is_available():
+    if args.cuda and not gpu:
         print("notice: CUDA is not available, training on the CPU")
     if args.track:
         import wandb  # noqa: PLC0415 - optional at run time
