@@ -649,6 +649,9 @@ def plan_iterations(args: Args) -> Args:  # Copied from ppo_atari_envpool.plan_i
     """The phases of --schedule (or the one of --num-envs x --num-steps) with their minibatch size (--minibatch-size, else
     batch / --num-minibatches), checked to split over the processes; the iterations of full batches that fit the budget."""
     phases = parse_schedule(args.schedule) if args.schedule is not None else [(0.0, args.num_envs, args.num_steps)]
+    given = {word.split("=")[0].replace("_", "-") for word in sys.argv[1:]} & {"--num-envs", "--num-steps"}
+    leave_out = f"--schedule gives each phase's num_envs x num_steps: leave out {' and '.join(sorted(given))}"
+    require(args.schedule is None or args.resume is not None or not given, leave_out)  # else they would be ignored
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
     args.phases = []
     for start, num_envs, num_steps in phases:

@@ -256,6 +256,12 @@ def tiny_ppo_flags():
     return list(TINY_PPO_FLAGS)
 
 
+def with_schedule(flags, schedule):
+    """The flags with --schedule instead of their --num-envs and --num-steps (a script refuses both)."""
+    drop = {i + offset for i, flag in enumerate(flags) if flag in ("--num-envs", "--num-steps") for offset in (0, 1)}
+    return [flag for i, flag in enumerate(flags) if i not in drop] + ["--schedule", schedule]
+
+
 @pytest.fixture(autouse=True)
 def restore_stop_handlers():
     """A script's main() run in-process installs its own SIGTERM and SIGINT handlers (a stop request); put pytest's

@@ -32,6 +32,7 @@ from conftest import (
     torchrun,
     tyro_error,
     usage_error,
+    with_schedule,
 )
 
 import ppo_atari_envpool
@@ -356,7 +357,7 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     """Two phases with different batches (2 x 16, then 4 x 16 from a quarter of 1280 steps) and a DDR target far under
     the tiny run's DDR: interrupted and resumed, every iteration logs its phase's sizes once, the clip epsilon only
     grows (the checkpoint carries the adapted value) and the run ends exactly at the planned 1280 steps."""
-    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.25:4x16", "--target-ddr", "1000"]
+    flags = [*with_schedule(tiny_ppo_flags, "0:2x16,0.25:4x16"), "--runs-dir", str(tmp_path), "--target-ddr", "1000"]
     flags[flags.index("--total-timesteps") + 1] = "1280"  # 10 batches of 32, then 15 of 64: long enough to interrupt
     steps = [32 * i for i in range(1, 11)] + [320 + 64 * i for i in range(1, 16)]
     interrupt_with_sigterm(SCRIPT, flags)
@@ -482,6 +483,8 @@ BAD_FLAGS = [
     (["--learning-rate", "nan"], "--learning-rate must be finite and > 0, got nan"),
     (["--vf-coef", "inf"], "--vf-coef must be finite and >= 0, got inf"),
     (["--schedule", ""], "--schedule '': write the phases as START:NUM_ENVSxNUM_STEPS"),
+    (["--schedule", "0:8x128", "--num-envs=16"], "--schedule gives each phase's num_envs x num_steps: leave out --num-envs"),
+    (["--num_steps", "8", "--schedule", "0:8x128"], "leave out --num-steps"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
 ]
 
@@ -696,7 +699,7 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
 def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
     """Also with a schedule and a DDR target: each phase's envs split over the processes, and the adapted clip epsilon
     (from the KL averaged over the processes) stays the same everywhere, as the identical weights show."""
-    flags = [*TORCHRUN_FLAGS, "--schedule", "0:4x16,0.5:8x8", "--target-ddr", "1000"]
+    flags = [*with_schedule(TORCHRUN_FLAGS, "0:4x16,0.5:8x8"), "--target-ddr", "1000"]
     single = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path / "single"))
     assert single.returncode == 0, single.stderr
     embeddings = ["--save-embeddings", "--embeddings-per-iteration", "1000", "--metrics-batch", "25"]  # all it samples

@@ -22,6 +22,7 @@ from conftest import (
     run_twice,
     tyro_error,
     usage_error,
+    with_schedule,
 )
 from torch import nn
 
@@ -193,7 +194,7 @@ def test_sigterm_and_resume_keep_the_proximal_policy_and_the_adapted_centre_of_m
     and resumed, the first update after the resume starts from the checkpoint's proximal weights, EWMA weight sum and
     centre of mass, every iteration logs its phase's sizes once, the centre of mass only falls, each value the last one
     adapted to its DDR, and the run ends at the 15 full batches that fit, step 480."""
-    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.5:4x8"]
+    flags = [*with_schedule(tiny_ppo_flags, "0:2x16,0.5:4x8"), "--runs-dir", str(tmp_path)]
     flags += ["--target-ddr", "1000", "--adapt", "ewma-com"]
     flags[flags.index("--total-timesteps") + 1] = "500"
     interrupt_with_sigterm(SCRIPT, flags)

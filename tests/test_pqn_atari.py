@@ -18,6 +18,7 @@ from conftest import (
     run_script,
     tyro_error,
     usage_error,
+    with_schedule,
 )
 
 import pqn_atari
@@ -217,7 +218,7 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
 
 def test_seeded_runs_are_reproducible_and_a_schedule_changes_the_pool_at_each_phase(tmp_path, tiny_ppo_flags):
     logged = []
-    flags = [*tiny_ppo_flags, "--seed", "3", "--schedule", "0:2x16,0.5:4x8", "--lr-scaling", "linear"]
+    flags = [*with_schedule(tiny_ppo_flags, "0:2x16,0.5:4x8"), "--seed", "3", "--lr-scaling", "linear"]
     for name in ("a", "b"):
         result = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path / name))
         assert result.returncode == 0, result.stderr
@@ -256,7 +257,7 @@ def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_eit
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
-    flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--schedule", "0:2x16,0.5:4x8"]  # 32 steps an iteration
+    flags = [*with_schedule(tiny_ppo_flags, "0:2x16,0.5:4x8"), "--runs-dir", str(tmp_path)]  # 32 steps an iteration
     flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
     interrupt_with_sigterm(SCRIPT, flags)
     run_dir = only_run_dir(tmp_path)
