@@ -30,7 +30,7 @@ $(STAMP): requirements.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# A short PPO Breakout run on the CPU (about 2-4 minutes on 2 cores): TensorBoard logs
+# A short PPO Breakout run on the CPU (about a minute on 2 cores): TensorBoard logs
 # under demo_runs/ and a PNG of the learning curve.
 demo: $(STAMP) system-packages
 	rm -rf $(DEMO_DIR)

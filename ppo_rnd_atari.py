@@ -780,7 +780,11 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     stop_signal: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
-    if RANK != 0:
+    if RANK != 0:  # process 0 opens the run; when it cannot, it says why and exits: the others follow, without a traceback
+        try:
+            all_ranks_list([])  # a barrier that process 0 passes at the end of this function
+        except RuntimeError:  # Gloo's "connection closed by peer"
+            os._exit(2)  # at once: sys.exit would abort in Gloo's threads
         return None, SimpleNamespace(add_scalar=lambda *_: None, close=lambda: None), tqdm(disable=True), stop_signal
     if checkpoint:
         run_dir = os.path.dirname(os.path.abspath(args.resume))
@@ -832,6 +836,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     output = dict(file=sys.stdout, mininterval=0.5) if sys.stdout.isatty() else dict(file=log_lines, mininterval=30)
     initial = checkpoint["global_step"] if checkpoint else 0
     progress = tqdm(total=args.planned_steps, initial=initial, unit="step", unit_scale=True, **output)  # whole batches
+    all_ranks_list([])  # the run is open: the other processes go on
     return run_dir, writer, progress, stop_signal
 
 

@@ -779,3 +779,15 @@ def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_p
     assert "exitcode  : 2" in result.stderr, result.stderr
     assert 'ppo_atari_envpool.py", line' not in result.stderr, result.stderr  # no traceback from the script
     assert not os.listdir(tmp_path)
+
+
+def test_torchrun_a_run_that_process_0_cannot_open_ends_every_process_without_a_traceback(tmp_path):
+    """Process 0 alone opens the run (its directory, its lock): when it cannot, it says why in one line and the other
+    processes, waiting for it in start_run, leave with exit 2 instead of a Gloo traceback from their next collective."""
+    blocked = tmp_path / "a-file"  # a runs directory that cannot be created: a file stands in its way
+    blocked.write_text("")
+    result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(blocked / "runs"))
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode != 0 and len(errors) == 1 and "cannot create a run directory there" in errors[0], result.stderr
+    assert "[rank1]" not in result.stderr and "exitcode: -6" not in result.stderr, result.stderr  # no traceback, no abort
+    assert 'ppo_atari_envpool.py", line' not in result.stderr, result.stderr
