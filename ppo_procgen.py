@@ -610,7 +610,6 @@ def fail(message: str, status: int = 2) -> None:  # Copied from ppo_atari_envpoo
 
 
 def require(ok: bool, message: str) -> None:  # Copied from ppo_atari_envpool.require
-    """fail(message) unless ok."""
     if not ok:
         fail(message)
 
@@ -658,8 +657,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
     gpu = args.cuda and torch.cuda.is_available()
-    # On a GPU torch's host work is copies. Its OpenMP threads spin for milliseconds after each, on the cores EnvPool
-    # steps on: one thread (benchmarks/host_threads.py: 32 envs on 2 cores stepped 4,066/s alone, 2,721 beside 2 spinning)
+    # On a GPU torch's host work is copies, after which its OpenMP threads spin on EnvPool's cores: one (host_threads.py)
     if threads := args.torch_threads or (1 if gpu else None):
         torch.set_num_threads(threads)
     if args.reuse_host_memory and hasattr(libc := ctypes.CDLL(None), "mallopt"):  # glibc: else each minibatch page-faults
@@ -668,9 +666,8 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # used on Ampere GPUs and newer
     if WORLD_SIZE > 1 and gpu:
         torch.cuda.set_device(LOCAL_RANK)
-        dist.init_process_group("cpu:gloo,cuda:nccl")
-    elif WORLD_SIZE > 1:
-        dist.init_process_group("gloo")
+    if WORLD_SIZE > 1:
+        dist.init_process_group("cpu:gloo,cuda:nccl" if gpu else "gloo")
     stop_signal: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
@@ -687,9 +684,8 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
         try:
             os.makedirs(args.runs_dir, exist_ok=True)
             for suffix in itertools.count(1):  # a run started in the same second gets _2, _3, ...: never a shared one
-                name = run_dir if suffix == 1 else f"{run_dir}_{suffix}"
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name)  # atomic: of two processes, one creates it and the other moves on
+                with contextlib.suppress(FileExistsError):  # mkdir is atomic: of two processes, one creates it
+                    os.mkdir(name := run_dir if suffix == 1 else f"{run_dir}_{suffix}")
                     break
             run_dir = name
         except OSError as error:
@@ -760,8 +756,7 @@ def all_ranks_list(items: list) -> list:  # Copied from ppo_atari_envpool.all_ra
 
 
 def all_ranks_cat(x: torch.Tensor) -> torch.Tensor:  # Copied from ppo_atari_envpool.all_ranks_cat
-    """x of every process (their lengths may differ), concatenated in process order, under torchrun; x itself in a
-    single process."""
+    """x of every process (their lengths may differ) in process order under torchrun; x itself in a single process."""
     return torch.cat(all_ranks_list([x.cpu()])).to(x.device) if dist.is_initialized() else x
 
 
@@ -863,10 +858,8 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
     checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
     save_checkpoint(run_dir, args, loop_state, embeddings, **checkpointed)
     if dist.is_initialized():  # summed gradients and normaliser moments keep every process's state identical: check once
-        state = [
-            tensor for module in modules.values() if isinstance(module, nn.Module) for tensor in module.state_dict().values()
-        ]
-        gathered = all_ranks_list([torch.cat([tensor.detach().double().flatten() for tensor in state]).cpu()])
+        state = [module.state_dict().values() for module in modules.values() if isinstance(module, nn.Module)]
+        gathered = all_ranks_list([torch.cat([t.detach().double().flatten() for tensors in state for t in tensors]).cpu()])
         same = sum(torch.equal(weights, gathered[0]) for weights in gathered)  # process 0 included
         if RANK == 0:
             print(f"weights identical on {same} of {WORLD_SIZE} processes")

@@ -15,6 +15,7 @@ import time
 
 import pytest
 import torch
+import tqdm
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -260,6 +261,15 @@ def with_schedule(flags, schedule):
     """The flags with --schedule instead of their --num-envs and --num-steps (a script refuses both)."""
     drop = {i + offset for i, flag in enumerate(flags) if flag in ("--num-envs", "--num-steps") for offset in (0, 1)}
     return [flag for i, flag in enumerate(flags) if i not in drop] + ["--schedule", schedule]
+
+
+@pytest.fixture(autouse=True)
+def close_progress_bars():
+    """A script's main() run in-process that ends in fail() leaves its progress bar open; closed later, when it is
+    garbage-collected, it would print its last line into whichever test runs then (whose stdout must be empty)."""
+    yield
+    for bar in list(tqdm.tqdm._instances):
+        bar.close()
 
 
 @pytest.fixture(autouse=True)
