@@ -739,11 +739,8 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     stop_signal: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
-    if RANK != 0:  # process 0 opens the run; when it cannot, it says why and exits: the others follow, without a traceback
-        try:
-            all_ranks_list([])  # a barrier that process 0 passes at the end of this function
-        except RuntimeError:  # Gloo's "connection closed by peer"
-            os._exit(2)  # at once: sys.exit would abort in Gloo's threads
+    if RANK != 0:  # process 0 opens the run: a barrier that it passes at the end of this function (or exits: __main__)
+        all_ranks_list([])
         return None, SimpleNamespace(add_scalar=lambda *_: None, close=lambda: None), tqdm(disable=True), stop_signal
     if checkpoint:
         run_dir = os.path.dirname(os.path.abspath(args.resume))
@@ -975,5 +972,9 @@ if __name__ == "__main__":
         main()
     except OSError as error:  # a full or unwritable disk, wherever it is met
         stop_on_write_error(error)
+    except RuntimeError as error:  # Gloo's under torchrun when another process has ended: that one says why, not this one
+        if "closed by peer" not in str(error):
+            raise
+        os._exit(1)  # at once: sys.exit would abort in Gloo's threads
     for signum in (signal.SIGTERM, signal.SIGINT):  # done: a signal while Python shuts down must not make exit 0 143
         signal.signal(signum, signal.SIG_IGN)

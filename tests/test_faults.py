@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, only_run_dir, read_scalars, run_main, run_script
+from conftest import ROOT, only_run_dir, read_scalars, run_main, run_script, run_torchrun
 from torch.utils.tensorboard import SummaryWriter
 
 AGGREGATE = os.path.join(ROOT, "sweeps", "aggregate.py")
@@ -141,6 +141,16 @@ def test_a_disk_full_mid_run_stops_with_one_line_and_keeps_the_last_checkpoint(t
     resumed = run_script(SCRIPT, "--resume", str(tmp_path / "moved" / "checkpoint.pt"), "--no-cuda")
     assert resumed.returncode == 0, resumed.stderr
     assert json.load(open(tmp_path / "moved" / "done.json")) == {"global_step": 256, "iterations": 8}
+
+
+def test_a_disk_full_at_process_0_under_torchrun_ends_the_other_without_a_traceback(tmp_path):
+    """Process 0 alone writes the run: when a full disk stops it, the other process meets its end in a collective and
+    leaves quietly (not with Gloo's traceback); the one line is process 0's."""
+    with small_disk(str(tmp_path / "disk"), 32) as disk:
+        result = run_torchrun(SCRIPT, 2, *TINY, "--total-timesteps", "256", "--checkpoint-interval", "2", "--runs-dir", disk)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode != 0 and len(errors) == 1 and "No space left on device" in errors[0], result.stderr
+    assert "[rank1]" not in result.stderr and "exitcode: -6" not in result.stderr, result.stderr
 
 
 def test_a_full_disk_at_start_leaves_no_half_written_file(tmp_path):
