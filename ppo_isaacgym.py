@@ -851,7 +851,7 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
     write_atomically(os.path.join(run_dir, "done.json"), json.dumps(done).encode())
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # Copied from ppo_atari_envpool.__main__
     try:
         main()
     except OSError as error:  # a full or unwritable disk, wherever it is met

@@ -796,7 +796,7 @@ def record_video(q_network: QNetwork, args: Args, run_dir: str) -> None:
     print(f"video of one evaluation game (return {game_return:g}): {path}")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # Copied from ppo_atari_envpool.__main__
     try:
         main()
     except OSError as error:  # a full or unwritable disk, wherever it is met

@@ -6,7 +6,7 @@
 
 Every script stands alone, so plumbing is copied between scripts (the single-file policy of Hugging Face
 transformers, whose utils/check_copies.py checks the same kind of marker). A copy is a top-level function or class
-whose line above (above its decorators) reads
+(or the `if __name__ == "__main__":` block, named __main__) whose line above (above its decorators) reads
 
     # Copied from ppo_atari_envpool.save_checkpoint
     # Copied from ppo_atari_envpool.minibatch_statistics with agent->q_network, Agent->QNetwork
@@ -33,11 +33,14 @@ TRAILING_MARKER = re.compile(r"(?<=\S)  # Copied from \w+\.\w+(?: with .+)?$")
 
 
 def top_level_blocks(lines: list[str], filename: str) -> dict[str, tuple[int, int]]:
-    """Each top-level function or class: name -> (index of its first line, decorators included; index after its last)."""
+    """Each top-level function or class, and the `if __name__ == "__main__":` block as __main__: name -> (index of its
+    first line, decorators included; index after its last)."""
     blocks = {}
     for node in ast.parse("".join(lines), filename).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             blocks[node.name] = (min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1, node.end_lineno)
+        elif isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'":
+            blocks["__main__"] = (node.lineno - 1, node.end_lineno)
     return blocks
 
 

@@ -95,3 +95,16 @@ def test_the_sweeps_game_lists_are_those_of_metrics():
     script = "source sweeps/games.sh && echo $ATARI_10 && echo $HARD_EXPLORATION"
     lines = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
     assert [line.split() for line in lines] == [metrics.ATARI_10, metrics.HARD_EXPLORATION]
+
+
+def test_the_main_blocks_of_the_scripts_are_copies_too(tmp_path):
+    """`if __name__ == "__main__":` is plumbing as well (a full disk, another torchrun process's end): checked as the
+    block __main__."""
+    for path in ROOT.glob("*.py"):
+        shutil.copy(path, tmp_path)
+    original = (tmp_path / "pqn_atari.py").read_text()
+    assert 'if __name__ == "__main__":  # Copied from ppo_atari_envpool.__main__\n' in original
+    (tmp_path / "pqn_atari.py").write_text(original.replace("        os._exit(1)", "        sys.exit(1)"))
+    result = run_checker(tmp_path)
+    assert result.returncode == 1 and "__main__ differs from ppo_atari_envpool.__main__" in result.stdout, result.stdout
+    assert run_checker(tmp_path, "--fix").returncode == 0 and (tmp_path / "pqn_atari.py").read_text() == original
