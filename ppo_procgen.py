@@ -905,7 +905,7 @@ if __name__ == "__main__":  # Copied from ppo_atari_envpool.__main__
     except OSError as error:  # a full or unwritable disk, wherever it is met
         stop_on_write_error(error)
     except RuntimeError as error:  # Gloo's under torchrun when another process has ended: that one says why, not this one
-        if "closed by peer" not in str(error):
+        if "closed by peer" not in str(error) or not dist.is_initialized():
             raise
         os._exit(1)  # at once: sys.exit would abort in Gloo's threads
     for signum in (signal.SIGTERM, signal.SIGINT):  # done: a signal while Python shuts down must not make exit 0 143
