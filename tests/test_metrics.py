@@ -45,6 +45,8 @@ def test_dormant_percentage_dense_and_conv_layers():
     conv_b = torch.stack([torch.ones(1, 1), torch.full((1, 1), 0.03)]).unsqueeze(0)
     assert metrics.dormant_percentage([conv_b]) == 0.0
     assert metrics.dormant_percentage([conv_b], tau=0.1) == pytest.approx(50.0)
+    # a score exactly at tau is dormant (Sokar et al.: s <= tau): means (79, 1), layer mean 40, 1 / 40 = 0.025
+    assert metrics.dormant_percentage([torch.tensor([[79.0, 1.0]])]) == pytest.approx(50.0)
 
 
 def test_hidden_activations_records_each_activation_output_inside_the_block_only():
@@ -155,6 +157,20 @@ def test_gaussian_policy_change_by_hand():
     assert measured["ddr"] == pytest.approx(400.0)
 
 
+def test_gaussian_policy_change_with_unequal_stds_and_a_per_state_std():
+    # behaviour N(0, 1), updated N(0, 2) in one state: KL(behaviour || updated) = log 2 + 1/8 - 1/2, the other way round
+    # KL(N(0, 2) || N(0, 1)) = -log 2 + 2 - 1/2: the direction counts
+    measured = metrics.gaussian_policy_change(
+        torch.zeros(1, 1), torch.full((1, 1), 2.0), torch.zeros(1, 1), torch.ones(1, 1), torch.zeros(1, 1), batch_size=10
+    )
+    assert measured["kl_behavior"] == pytest.approx(math.log(2) - 0.375, rel=1e-6)
+    # a std the network computes per state counts in policy_variance: means (0, 4) vary by 4, stds (1, 3) by 1 -> 2.5
+    mean, std = torch.tensor([[0.0], [4.0]]), torch.tensor([[1.0], [3.0]])
+    per_state = metrics.gaussian_policy_change(mean, std, mean, std, torch.zeros(2, 1), 10, state_dependent_std=True)
+    assert per_state["policy_variance"] == pytest.approx(2.5)
+    assert metrics.gaussian_policy_change(mean, std, mean, std, torch.zeros(2, 1), 10)["policy_variance"] == pytest.approx(4.0)
+
+
 def test_grid_coverage_counts_occupied_cells():
     points = np.array([[0.0, 0.0], [0.1, 0.1], [0.5, 0.5], [1.0, 1.0]])
     # G = 4: cells (0,0), (0,0), (2,2), (3,3) (the edge 1.0 is clamped into the last cell)
@@ -192,6 +208,32 @@ def test_atari_constants_are_dqn_zoos():
         re.sub(r"(?<!^)([A-Z])", r"_\1", game).lower(): scores for game, scores in metrics.ATARI_RANDOM_HUMAN.items()
     }
     assert snake_case == DQN_ZOO_RANDOM_HUMAN
+
+
+# Cobbe et al. 2020 (Procgen), easy mode: (R_min, R_max) of each game, transcribed separately from metrics.py
+PROCGEN_EASY_RANGES = {
+    "coinrun": (5, 10),
+    "starpilot": (2.5, 64),
+    "caveflyer": (3.5, 12),
+    "dodgeball": (1.5, 19),
+    "fruitbot": (-1.5, 32.4),
+    "chaser": (0.5, 13),
+    "miner": (1.5, 13),
+    "jumper": (3, 10),
+    "leaper": (3, 10),
+    "maze": (5, 10),
+    "bigfish": (1, 40),
+    "heist": (3.5, 10),
+    "climber": (2, 12.6),
+    "plunder": (4.5, 30),
+    "ninja": (3.5, 10),
+    "bossfight": (0.5, 13),
+}
+
+
+def test_procgen_constants_are_cobbe_et_al_easy_mode():
+    assert metrics.PROCGEN_RETURN_RANGE == PROCGEN_EASY_RANGES
+    assert metrics.procgen_normalized_score("CoinrunEasy-v0", 7.5) == pytest.approx(0.5)
 
 
 def test_score_normalisation():

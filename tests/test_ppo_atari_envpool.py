@@ -69,6 +69,12 @@ def test_gae_termination_and_reset_step():
     assert returns[:, 0].tolist() == pytest.approx([1.75, 2.0, 4.0, 3.5])
 
 
+def test_gae_lambda_return_stops_at_an_episode_end_even_without_a_reset_step():
+    # t=0 terminates and t=1 is a valid step (a contract the reset step usually hides): t=0 takes nothing from t=1
+    advantages, _ = gae(rewards=[1, 1], values=[0, 0], terminations=[1, 0], truncations=[0, 0], valid=[1, 1], next_value=0.0)
+    assert advantages[:, 0].tolist() == pytest.approx([1.0, 1.0])  # chained on: 1 + 0.25 * 1 = 1.25 at t=0
+
+
 def test_gae_truncation_bootstraps_from_last_observation():
     # Same rollout but t=1 is a time-limit truncation: values[2] = V(last observation) = 4
     advantages, _ = gae(
@@ -194,6 +200,24 @@ def test_ppo_loss_clips_the_ratio():
         )
     )
     assert negative["policy_loss"].item() == pytest.approx(1.5)  # pessimistic: unclipped loss kept
+
+
+def test_ppo_loss_clips_a_falling_ratio_and_measures_k3_kl():
+    # ratio 0.5 < 1 - eps with A = -1: the loss keeps the clipped 0.8 (pessimistic), not 0.5; k3 KL = (r - 1) - log r
+    down = torch.full((1,), math.log(0.5))
+    single = dict(old_logprob=torch.zeros(1), new_value=torch.zeros(1), old_value=torch.zeros(1), returns=torch.zeros(1))
+    single |= dict(entropy=torch.zeros(1), mask=torch.ones(1))
+    _, stats = call_ppo_loss(**loss_args(new_logprob=down, advantages=-torch.ones(1), **single))
+    assert stats["policy_loss"].item() == pytest.approx(0.8)
+    assert stats["clipfrac"].item() == 1.0
+    assert stats["approx_kl"].item() == pytest.approx(-0.5 + math.log(2))
+
+
+def test_minibatch_statistics_count_and_normalise_real_transitions_only():
+    minibatch = {"valid": torch.tensor([1.0, 1.0, 1.0, 0.0]), "advantages": torch.tensor([1.0, 2.0, 3.0, 100.0])}
+    statistics = minibatch_statistics(minibatch)
+    assert statistics["valid_count"].item() == 3.0 and statistics["advantage_mean"].item() == pytest.approx(2.0)
+    assert statistics["advantage_std"].item() == pytest.approx(math.sqrt(2 / 3))  # population std of (1, 2, 3)
 
 
 def test_ppo_loss_ignores_masked_entries():

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 import os
 from dataclasses import asdict
 
@@ -59,9 +60,11 @@ def test_importance_weight_is_capped_and_carries_no_gradient():
     minibatch |= {"values": torch.zeros(1), "returns": torch.zeros(1), "valid": torch.ones(1)}
     statistics = ppo_ewma_atari.minibatch_statistics(minibatch)
     coefficients = dict(clip_coef=0.2, clip_vloss=False, ent_coef=0.0, vf_coef=0.0, norm_adv=False, weight_cap=100.0)
-    loss, _ = ppo_ewma_loss(new, torch.zeros(1), torch.zeros(1), minibatch, statistics, **coefficients)
+    loss, stats = ppo_ewma_loss(new, torch.zeros(1), torch.zeros(1), minibatch, statistics, **coefficients)
     # pi_prox / pi_behavior = e^10 ~ 22026 is capped at 100; r_prox = 1 -> loss = -100 * A
     assert loss.item() == pytest.approx(-100.0)
+    # approx_kl is PPO's, from the behaviour policy (log ratio 10), not from the proximal one (0): e^10 - 1 - 10
+    assert stats["approx_kl"].item() == pytest.approx(math.exp(10) - 11, rel=1e-5)
     loss.backward()
     assert new.grad.item() == pytest.approx(-100.0)  # d/dnew of -w * exp(new - prox) at r = 1
 

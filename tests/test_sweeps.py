@@ -84,7 +84,8 @@ def make_run(runs_dir, name, files):
 def test_local_mode_skips_finished_runs_and_resumes_interrupted_ones(tmp_path):
     runs = tmp_path / "runs"
     make_run(runs, "Pong-v5__finished__1__100", ["args.json", "checkpoint.pt", "done.json"])
-    interrupted = make_run(runs, "Pong-v5__interrupted__2__100", ["args.json", "checkpoint.pt"])
+    make_run(runs, "Pong-v5__interrupted__2__100", ["args.json", "checkpoint.pt"])
+    interrupted = make_run(runs, "Pong-v5__interrupted__2__200", ["args.json", "checkpoint.pt"])  # the newer: resumed
     make_run(runs, "Pong-v5__crashed__1__100", ["args.json"])  # no checkpoint: starts over
     commands = "\n".join(
         f"echo --env-id Pong-v5 --exp-name {name} --seed {seed} --runs-dir runs"
@@ -806,6 +807,15 @@ def fake_run(env_id, config, seed, returns, num_envs=8, num_steps=128):
     }
 
 
+def test_final_score_is_the_mean_of_the_episodes_in_the_last_fraction_of_training():
+    from sweeps import aggregate
+
+    run = fake_run("Hopper-v4", "a", 1, [1.0, 2.0, 9.0])  # raw returns: no normalisation
+    run["scalars"]["charts/episodic_return"] = (np.array([50, 500, 950]), np.array([1.0, 2.0, 9.0]))
+    assert aggregate.final_score(run, 0.1) == 9.0  # the episode ending after step 900 of 1000
+    assert aggregate.final_score(run, 0.6) == 5.5  # after step 400
+
+
 def test_score_matrices_leave_out_unscored_runs_and_extra_seeds_with_a_note(monkeypatch):
     """A run without an episode (no final score) must not turn its configuration's IQM into nan, and the seeds that
     the (runs, games) matrix cannot hold are left out with a note, like every other datum the report drops."""
@@ -883,8 +893,9 @@ def test_one_run_per_configuration_game_and_seed(monkeypatch, tmp_path):
     monkeypatch.setattr(aggregate, "DATA_NOTES", [])
     for name, seed, last_step, finished in [
         ("100", 1, 2048, False),
-        ("200", 1, 4096, True),
+        ("200", 1, 3072, True),  # finished, though "400" logged a later step: kept
         ("300", 1, 1024, False),
+        ("400", 1, 4096, False),
         ("100", 2, 1024, False),
         ("200", 2, 3072, False),
     ]:
@@ -902,6 +913,7 @@ def test_one_run_per_configuration_game_and_seed(monkeypatch, tmp_path):
     assert sorted(aggregate.DATA_NOTES) == [
         "Pong-v5__a__1__100: left out: same configuration, game and seed as Pong-v5__a__1__200",
         "Pong-v5__a__1__300: left out: same configuration, game and seed as Pong-v5__a__1__200",
+        "Pong-v5__a__1__400: left out: same configuration, game and seed as Pong-v5__a__1__200",
         "Pong-v5__a__2__100: left out: same configuration, game and seed as Pong-v5__a__2__200",
     ]
     assert [os.path.basename(run["dir"]) for run in aggregate.load_runs(str(tmp_path), include_unfinished=False)] == [
