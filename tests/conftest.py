@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 import tqdm
@@ -435,3 +436,23 @@ class HostSyncs(TorchDispatchMode):
             if name == "_local_scalar_dense":
                 return False if args[0].dtype == torch.bool else 0.5 if args[0].is_floating_point() else 1
         return func(*args, **kwargs)
+
+
+def one_reward_per_step(module, monkeypatch):
+    """Make `module.envpool.make` return pools whose unclipped reward (info["reward"]) is 1 on every real step and 0 on
+    the reset step: each game's return is then its length."""
+    make = module.envpool.make
+
+    class OneRewardPerStep:
+        def __init__(self, envs):
+            self.envs = envs
+
+        def __getattr__(self, name):
+            return getattr(self.envs, name)
+
+        def step(self, action):
+            obs, reward, terminated, truncated, info = self.envs.step(action)
+            info["reward"] = (info["elapsed_step"] > 0).astype(np.float64)
+            return obs, reward, terminated, truncated, info
+
+    monkeypatch.setattr(module.envpool, "make", lambda *args, **kwargs: OneRewardPerStep(make(*args, **kwargs)))

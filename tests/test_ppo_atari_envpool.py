@@ -3,6 +3,7 @@ episode, and the script end to end on a tiny CPU budget."""
 
 import dataclasses
 import glob
+import itertools
 import json
 import math
 import os
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import envpool
 import numpy as np
@@ -23,6 +25,7 @@ from conftest import (
     check_run_artifacts,
     check_same_losses,
     interrupt_with_sigterm,
+    one_reward_per_step,
     only_run_dir,
     read_scalars,
     run_main,
@@ -500,6 +503,8 @@ BAD_FLAGS = [
     # a phase that no iteration reaches: the whole batches of the budget end before it (it trained half, silently)
     (["--schedule", "0:4x32,0.5:32x32", "--total-timesteps", "1024"], "phase 0.5:32x32 would train no iteration"),
     (["--schedule", "0:4x32,0.99:8x16", "--total-timesteps", "1024"], "phase 0.99:8x16 would train no iteration"),
+    # iterations start at 0, 128 and 256 (the third phase's start): the second phase is jumped over
+    (["--schedule", "0:4x32,0.15:8x16,0.2:4x32", "--total-timesteps", "1280"], "phase 0.15:8x16 would train no iteration"),
     (["--target-ddr", "0"], "--target-ddr must be finite and > 0, got 0"),
     (["--clip-coef-bounds", "0.5", "0.1"], "--clip-coef-bounds (0.5, 0.1) is not 0 < low <= high < inf"),
     (["--clip-coef-bounds", "0.1", "inf"], "--clip-coef-bounds (0.1, inf) is not 0 < low <= high < inf"),
@@ -815,3 +820,65 @@ def test_torchrun_a_run_that_process_0_cannot_open_ends_every_process_without_a_
     assert result.returncode != 0 and len(errors) == 1 and "cannot create a run directory there" in errors[0], result.stderr
     assert "[rank1]" not in result.stderr and "exitcode: -6" not in result.stderr, result.stderr  # no traceback, no abort
     assert 'ppo_atari_envpool.py", line' not in result.stderr, result.stderr
+
+
+def test_a_signal_after_the_last_rollout_still_finishes_the_run(tmp_path):
+    """A SIGTERM that lands during the last update: the run has trained its whole budget, so it finishes (done.json,
+    no checkpoint without --checkpoint-interval) instead of exiting 143 to be resumed for nothing."""
+    args = ppo_atari_envpool.validate_and_derive(
+        ppo_atari_envpool.Args(num_envs=2, num_steps=16, total_timesteps=64, runs_dir=str(tmp_path))
+    )
+    quiet = SimpleNamespace(close=lambda: None)
+    loop_state = {"iteration": 2, "global_step": 64}
+    ppo_atari_envpool.finish_run(str(tmp_path), quiet, quiet, args, loop_state, [], [15], model=torch.nn.Linear(1, 1))
+    assert json.load(open(tmp_path / "done.json")) == {"global_step": 64, "iterations": 2}
+    assert not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_sps_of_a_resumed_run_counts_its_own_steps(monkeypatch, tmp_path, tiny_ppo_flags):
+    clock = itertools.count(1_000_000.0)  # every time.time() of the script one second after the last
+    monkeypatch.setattr(ppo_atari_envpool, "time", SimpleNamespace(time=lambda: next(clock)))
+    flags = [*tiny_ppo_flags, "--total-timesteps", "64", "--checkpoint-interval", "1", "--metrics-interval", "0"]
+    run_main(monkeypatch, ppo_atari_envpool, [*flags, "--torch-threads", "1", "--runs-dir", str(tmp_path)])
+    run_dir = only_run_dir(tmp_path)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    checkpoint["args"]["total_timesteps"] = 128  # the same run, with a larger budget: two more iterations
+    torch.save(checkpoint, checkpoint_path)
+    os.remove(os.path.join(run_dir, "done.json"))
+    run_main(monkeypatch, ppo_atari_envpool, ["--resume", checkpoint_path, "--no-cuda"])
+    # 32 steps an iteration, one clock second apart: 32 SPS, without the 64 steps trained before the resume
+    assert read_scalars(run_dir)["charts/SPS"] == [(32, 32), (64, 32), (96, 32), (128, 32)]
+
+
+def test_charts_log_the_rollout_shape_the_metrics_batch_and_the_lr_of_the_rollout_start(monkeypatch, tmp_path, tiny_ppo_flags):
+    measured = []
+    measure_agent = ppo_atari_envpool.measure_agent
+    monkeypatch.setattr(ppo_atari_envpool, "measure_agent", lambda *a: measured.append(len(a[1])) or measure_agent(*a))
+    flags = [*tiny_ppo_flags, "--total-timesteps", "64", "--metrics-interval", "1", "--metrics-batch", "10"]
+    run_main(monkeypatch, ppo_atari_envpool, [*flags, "--torch-threads", "1", "--runs-dir", str(tmp_path)])
+    scalars = read_scalars(only_run_dir(tmp_path))
+    assert [value for _, value in scalars["charts/num_steps"]] == [16, 16]  # 2 envs x 16 steps
+    assert measured == [10, 10]  # --metrics-batch of the 32 states of a rollout (at most 2 reset steps an env here)
+    # annealed from the step at which each rollout started: 0 and 32 of 64
+    assert [value for _, value in scalars["charts/learning_rate"]] == pytest.approx([2.5e-4, 1.25e-4])
+
+
+def test_each_game_logs_its_own_return(monkeypatch, tmp_path, tiny_ppo_flags):
+    """A reward of 1 on every real step of 5-step games: every game's return is 5, not a running total."""
+    one_reward_per_step(ppo_atari_envpool, monkeypatch)
+    flags = [*tiny_ppo_flags, "--total-timesteps", "64", "--max-episode-steps", "5", "--metrics-interval", "0"]
+    run_main(monkeypatch, ppo_atari_envpool, [*flags, "--torch-threads", "1", "--runs-dir", str(tmp_path)])
+    scalars = read_scalars(only_run_dir(tmp_path))
+    lengths = [value for _, value in scalars["charts/episodic_length"]]
+    assert len(lengths) >= 8 and set(lengths) == {5}
+    assert [value for _, value in scalars["charts/episodic_return"]] == [5.0] * len(lengths)
+
+
+def test_a_minibatch_that_does_not_split_over_the_processes_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [SCRIPT])
+    monkeypatch.setattr(ppo_atari_envpool, "WORLD_SIZE", 2)
+    with pytest.raises(SystemExit) as exited:  # 4 envs split; minibatches of 4 x 3 / 4 = 3 states do not
+        ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(num_envs=4, num_steps=3, num_minibatches=4))
+    assert exited.value.code == 2
+    assert "--num-envs 4 and the minibatch size 3 must split evenly over 2 processes" in capsys.readouterr().err

@@ -740,3 +740,20 @@ def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_p
     assert "exitcode  : 2" in result.stderr
     assert 'ppo_isaacgym.py", line' not in result.stderr  # no traceback from the script
     assert not os.listdir(tmp_path)
+
+
+def test_isaac_gym_time_outs_are_truncations_not_terminations():
+    tasks = object.__new__(continuous_tasks.IsaacGymTasks)  # its step alone, on a stand-in for IsaacGymEnvs' VecTask
+    done, time_out = torch.tensor([1.0, 1.0, 0.0]), torch.tensor([0, 1, 0])  # a fall, a time-out, neither
+    tasks.envs = SimpleNamespace(step=lambda a: ({"obs": torch.zeros(3, 2)}, torch.zeros(3), done, {"time_outs": time_out}))
+    _, _, terminations, truncations = tasks.step(torch.zeros(3, 1))
+    assert terminations.tolist() == [1.0, 0.0, 0.0] and truncations.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_the_gaussian_policy_sums_log_probability_and_entropy_over_the_action_dimensions():
+    agent = ppo_isaacgym.Agent(obs_dim=5, action_dim=2, separate_networks=False)
+    with torch.no_grad():  # N(0, 1) in both dimensions
+        agent.actor_mean.weight.zero_(), agent.actor_mean.bias.zero_(), agent.actor_logstd.zero_()
+    _, logprob, entropy, _, _ = agent.get_action_and_value(torch.zeros(1, 5), torch.zeros(1, 2))
+    assert logprob.item() == pytest.approx(-np.log(2 * np.pi))  # 2 x -0.5 log(2 pi)
+    assert entropy.item() == pytest.approx(1 + np.log(2 * np.pi))  # 2 x 0.5 (1 + log(2 pi))

@@ -549,3 +549,10 @@ def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_p
     assert "exitcode  : 2" in result.stderr
     assert 'ppo_procgen.py", line' not in result.stderr  # no traceback from the script
     assert not os.listdir(tmp_path)
+
+
+def test_scale_rewards_clips_a_large_negative_reward():
+    rms = ppo_procgen.RunningMeanStd()
+    one, zero = torch.ones(1), torch.zeros(1)
+    scaled, _ = ppo_procgen.scale_rewards(torch.tensor([-100.0]), one, zero, zero, rms, 0.99, 10.0)
+    assert scaled.tolist() == [-10.0]  # -100 over a std of about 1 (one return of -100 at a count of 1e-4), clipped

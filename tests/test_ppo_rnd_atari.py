@@ -13,6 +13,7 @@ from conftest import (
     check_run_artifacts,
     check_same_losses,
     interrupt_with_sigterm,
+    one_reward_per_step,
     only_run_dir,
     read_scalars,
     run_main,
@@ -557,3 +558,56 @@ def test_defaults_and_derived_values():
     assert args.num_minibatches == 8 and ppo_rnd_atari.learning_rate(args, 512, 0) == pytest.approx(2e-4)  # k = 512 / 128 = 4
     # annealed linearly over the planned steps, as in ppo_atari_envpool.py
     assert ppo_rnd_atari.learning_rate(args, 512, args.planned_steps // 2) == pytest.approx(1e-4)
+
+
+RND_FLAGS = (
+    "--no-cuda --num-envs 2 --num-steps 16 --num-minibatches 2 --update-epochs 1 --total-timesteps 64 "
+    "--num-iterations-obs-norm-init 1 --max-episode-steps 40 --metrics-interval 0 --torch-threads 1"
+).split()
+
+
+def test_intrinsic_reward_is_the_error_over_the_std_of_the_filtered_return_and_a_quarter_trains_the_predictor(
+    monkeypatch, tmp_path
+):
+    filtered_calls, gae_calls, masks = [], [], []
+    forward_filter, intrinsic_gae = ppo_rnd_atari.reward_forward_filter, ppo_rnd_atari.compute_intrinsic_gae
+    gradients = ppo_rnd_atari.compute_gradients
+
+    def record_filter(rewards, valid, running, gamma):
+        result = forward_filter(rewards, valid, running, gamma)
+        filtered_calls.append((rewards.clone(), valid.clone(), result[0].clone()))
+        return result
+
+    monkeypatch.setattr(ppo_rnd_atari, "reward_forward_filter", record_filter)
+    monkeypatch.setattr(
+        ppo_rnd_atari, "compute_intrinsic_gae", lambda r, *a: gae_calls.append(r.clone()) or intrinsic_gae(r, *a)
+    )
+    monkeypatch.setattr(ppo_rnd_atari, "compute_gradients", lambda *a: masks.append(a[3]["rnd_mask"]) or gradients(*a))
+    run_main(monkeypatch, ppo_rnd_atari, [*RND_FLAGS, "--runs-dir", str(tmp_path)])
+    raw, valid, filtered = filtered_calls[0]  # the first rollout: the return normaliser starts fresh
+    fresh = ppo_rnd_atari.RunningMeanStd()
+    fresh.update(filtered.flatten(), valid.flatten())
+    torch.testing.assert_close(gae_calls[0], raw / fresh.std.float())
+    # --update-proportion 0.25: about a quarter of each minibatch trains the predictor (64 draws in all here)
+    assert 0.1 < torch.cat(masks).mean().item() < 0.4
+
+
+def test_the_predictor_loss_counts_the_masked_real_transitions(monkeypatch, tmp_path):
+    calls = []
+    gradients = ppo_rnd_atari.compute_gradients
+    monkeypatch.setattr(
+        ppo_rnd_atari, "compute_gradients", lambda *a: calls.append((a[3], a[4]["rnd_count"])) or gradients(*a)
+    )
+    flags = [*RND_FLAGS, "--max-episode-steps", "5", "--update-proportion", "1", "--runs-dir", str(tmp_path)]
+    run_main(monkeypatch, ppo_rnd_atari, flags)
+    # every state trains the predictor: the count is the minibatch's real transitions, its reset steps (1 in 6) left out
+    counts = [(count.item(), minibatch["valid"].sum().item()) for minibatch, count in calls]
+    assert all(count == real for count, real in counts) and any(real < 16 for _, real in counts), counts
+
+
+def test_a_game_that_ends_in_the_warm_up_does_not_add_its_return_to_the_next(monkeypatch, tmp_path):
+    """A reward of 1 on every real step of 5-step games, 16 warm-up steps an env: every logged game returns 5."""
+    one_reward_per_step(ppo_rnd_atari, monkeypatch)
+    run_main(monkeypatch, ppo_rnd_atari, [*RND_FLAGS, "--max-episode-steps", "5", "--runs-dir", str(tmp_path)])
+    returns = [value for _, value in read_scalars(only_run_dir(tmp_path))["charts/episodic_return"]]
+    assert len(returns) >= 8 and returns == [5.0] * len(returns)

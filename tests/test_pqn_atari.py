@@ -392,3 +392,12 @@ def test_cleanrls_pqn_choices_are_the_defaults_and_adam_stays_reachable(tmp_path
         monkeypatch.setattr(sys, "argv", ["pqn_atari.py", *tiny, "--runs-dir", str(tmp_path / str(len(made))), *flags])
         pqn_atari.main()
     assert made == [("RAdam", 1e-8), ("Adam", 1e-8)]
+
+
+def test_q_mean_is_the_mean_over_the_states_of_the_greedy_value():
+    q_network = pqn_atari.QNetwork(2)
+    with torch.no_grad():
+        q_network.head.weight.zero_()
+        q_network.head.bias.copy_(torch.tensor([1.0, 3.0]))  # Q(s, .) = (1, 3) in every state
+    measured = pqn_atari.measure_q_network(q_network, torch.zeros(4, 4, 84, 84, dtype=torch.uint8), 0.025)
+    assert measured["q_mean"] == 3.0  # the max over the actions, then the mean over the states (not 2, over all)

@@ -919,3 +919,34 @@ def test_one_run_per_configuration_game_and_seed(monkeypatch, tmp_path):
     assert [os.path.basename(run["dir"]) for run in aggregate.load_runs(str(tmp_path), include_unfinished=False)] == [
         "Pong-v5__a__1__200"
     ]
+
+
+def test_normalise_knows_atari_procgen_and_the_rest():
+    from sweeps import aggregate
+
+    scores, what = aggregate.normalise("StarpilotEasy-v0", np.array([2.5, 33.25, 64.0]))  # Procgen easy range (2.5, 64)
+    assert what == "normalised return" and scores.tolist() == pytest.approx([0.0, 0.5, 1.0])
+    scores, what = aggregate.normalise("Hopper-v4", np.array([7.0]))
+    assert what == "return" and scores.tolist() == [7.0]
+
+
+def test_moving_average_is_trailing_over_at_most_the_window():
+    from sweeps import aggregate
+
+    assert aggregate.moving_average(np.array([1.0, 2.0, 3.0, 4.0]), 2).tolist() == [1.0, 1.5, 2.5, 3.5]
+
+
+def test_report_table_mean_is_the_mean_of_the_final_scores(monkeypatch, tmp_path):
+    from sweeps import aggregate
+
+    runs = []
+    for seed, final in ((1, 1.0), (2, 2.0), (3, 9.0)):  # raw returns (Hopper): mean 4, median 2
+        run = {"dir": f"/runs/Hopper-v4__ppo__{seed}__100", "env_id": "Hopper-v4", "config": "ppo", "seed": seed}
+        run |= {"args": {"num_envs": 8, "num_steps": 128, "batch_size": 1024, "update_epochs": 4}, "total_steps": 1000}
+        run["scalars"] = {"charts/episodic_return": (np.array([950]), np.array([final]))}
+        runs.append(run)
+    monkeypatch.setattr(aggregate, "load_runs", lambda *_: runs)
+    monkeypatch.setattr(aggregate, "save", lambda *_: None)
+    aggregate.report("sweep", str(tmp_path), 0.1, 10, 100, pdf=False, include_unfinished=False)
+    row = next(line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| ppo |"))
+    assert row.split(" | ")[-2] == "4.000"  # the mean column
