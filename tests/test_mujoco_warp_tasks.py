@@ -146,3 +146,17 @@ def test_reset_step_time_limit_and_reset_noise():
     obs, rewards, terminations, truncations = envs.step(zero)  # every world restarts: the reset step
     assert torch.equal(rewards, torch.zeros(64)) and not terminations.any() and not truncations.any()
     assert (envs.elapsed == 0).all() and (envs.qpos - init_qpos).abs().max() <= 0.1
+
+
+def test_healthy_range_edges_and_the_humanoids_contact_cost_cap(monkeypatch):
+    """Gymnasium's rules at their edges: Ant is healthy at z = 0.2 and at z = 1 (inclusive range), the Humanoid is not
+    at z = 1 nor at z = 2 (exclusive); the Humanoid's contact cost stops at 10 however large the forces."""
+    for name, edges, healthy in (("Ant", (0.2, 1.0), [True, True]), ("Humanoid", (1.0, 2.0), [False, False])):
+        envs = mujoco_warp_tasks.WarpTasks(name, 2, seed=0, device=torch.device("cpu"))
+        qpos = envs.qpos.clone()
+        qpos[:, 2] = torch.tensor(edges)
+        envs.set_state(qpos, torch.zeros_like(envs.qvel))
+        assert envs.healthy().tolist() == healthy, name
+    monkeypatch.setattr(envs, "contact_forces", lambda: torch.full((2, 13, 6), 1e6))
+    actions = torch.zeros(2, envs.action_space.shape[0])
+    assert envs.reward(torch.zeros(2), actions, torch.zeros(2, dtype=torch.bool)).tolist() == pytest.approx([-10.0, -10.0])

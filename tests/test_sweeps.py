@@ -109,20 +109,22 @@ def test_runs_trained_with_other_flags_are_neither_skipped_nor_resumed(tmp_path)
     recorded |= {"backend": "envpool", "torch_threads": 1}
     for name, files in (("finished", ["done.json"]), ("interrupted", ["checkpoint.pt"])):
         (make_run(runs, f"Pong-v5__{name}__1__100", files) / "args.json").write_text(json.dumps(recorded))
-    same = "--total-timesteps 2048 --learning-rate 0.00025 --no-bf16 --clip-coef-bounds 0.01 0.5 --backend auto"
+    same = "--total-timesteps 2048 --learning-rate 2.5e-4 --no-bf16 --clip-coef-bounds 0.01 0.5 --backend auto"  # 0.00025
     commands = [
         f"echo x.py --env-id Pong-v5 --exp-name finished {same} --torch-threads 2 --new-flag 3",
         f"echo x.py --env-id Pong-v5 --exp-name interrupted {same}",
         "echo x.py --env-id Pong-v5 --exp-name finished --total-timesteps=4096 --bf16",
         "echo x.py --env-id Pong-v5 --exp-name interrupted --clip-coef-bounds 0.02 0.5",
+        "echo x.py --env-id Pong-v5 --exp-name interrupted --clip-coef-bounds 0.01",  # a list of another length
     ]
     result = launch("\n".join(commands) + "\n", tmp_path)
     assert result.returncode == 1
     assert "[1] skipped (finished)" in result.stdout and "launched 1 (1 resumed from a checkpoint)" in result.stdout
     conflicts = [line for line in result.stdout.splitlines() if line.startswith("not run | ")]
-    assert len(conflicts) == 2
+    assert len(conflicts) == 3
     assert "(--total-timesteps 2048 there / 4096 here; --bf16 False there / True here)" in conflicts[0]
     assert "(--clip-coef-bounds 0.01 0.5 there / 0.02 0.5 here)" in conflicts[1]
+    assert "(--clip-coef-bounds 0.01 0.5 there / 0.01 here)" in conflicts[2]
 
 
 def test_a_minibatch_size_or_count_left_out_compares_as_the_split_it_means(tmp_path):
@@ -188,6 +190,8 @@ def test_local_workers_get_gpus_of_their_own(tmp_path, monkeypatch):
     assert by_default.stdout.startswith("JOBS=3: a worker per 1 of the 3 GPUs"), by_default.stdout
     assert sorted((tmp_path / f"gpu{i}").read_text().strip() for i in range(1, 4)) == ["0", "1", "2"]
     assert "JOBS=" not in launch(commands, tmp_path, JOBS="", NPROC="2").stdout  # 3 GPUs: 1 worker of 2 (JOBS=1)
+    two = launch(commands, tmp_path, JOBS="", CUDA_VISIBLE_DEVICES="0,1")  # exactly 2 x NPROC GPUs: 2 workers
+    assert two.stdout.startswith("JOBS=2: a worker per 1 of the 2 GPUs"), two.stdout
     assert set(gpus(CUDA_VISIBLE_DEVICES="5, 7")) == {"5", "7"}
     assert set(gpus(CUDA_VISIBLE_DEVICES="5,,7")) == {"5", "7"}  # an empty entry is no GPU
     assert set(gpus(CUDA_VISIBLE_DEVICES="")) == {""}  # hidden: every GPU stays hidden
