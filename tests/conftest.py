@@ -438,12 +438,12 @@ class HostSyncs(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def one_reward_per_step(module, monkeypatch):
-    """Make `module.envpool.make` return pools whose unclipped reward (info["reward"]) is 1 on every real step and 0 on
-    the reset step: each game's return is then its length."""
+def wrap_envpool_steps(module, monkeypatch, change):
+    """Make `module.envpool.make` return pools whose step results pass through `change(obs, reward, terminated,
+    truncated, info)`, which returns the five (e.g. a planted NaN or a known reward)."""
     make = module.envpool.make
 
-    class OneRewardPerStep:
+    class Wrapped:
         def __init__(self, envs):
             self.envs = envs
 
@@ -451,8 +451,17 @@ def one_reward_per_step(module, monkeypatch):
             return getattr(self.envs, name)
 
         def step(self, action):
-            obs, reward, terminated, truncated, info = self.envs.step(action)
-            info["reward"] = (info["elapsed_step"] > 0).astype(np.float64)
-            return obs, reward, terminated, truncated, info
+            return change(*self.envs.step(action))
 
-    monkeypatch.setattr(module.envpool, "make", lambda *args, **kwargs: OneRewardPerStep(make(*args, **kwargs)))
+    monkeypatch.setattr(module.envpool, "make", lambda *args, **kwargs: Wrapped(make(*args, **kwargs)))
+
+
+def one_reward_per_step(module, monkeypatch):
+    """EnvPool pools whose unclipped reward (info["reward"]) is 1 on every real step and 0 on the reset step: each
+    game's return is then its length."""
+
+    def change(obs, reward, terminated, truncated, info):
+        info["reward"] = (info["elapsed_step"] > 0).astype(np.float64)
+        return obs, reward, terminated, truncated, info
+
+    wrap_envpool_steps(module, monkeypatch, change)

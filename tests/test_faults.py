@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, only_run_dir, read_scalars, run_main, run_script, run_torchrun
+from conftest import ROOT, only_run_dir, read_scalars, run_main, run_script, run_torchrun, wrap_envpool_steps
 from torch.utils.tensorboard import SummaryWriter
 
 AGGREGATE = os.path.join(ROOT, "sweeps", "aggregate.py")
@@ -342,23 +342,15 @@ def test_a_nan_reward_stops_the_run_with_one_line_before_a_checkpoint_keeps_it(t
 
     import ppo_atari_envpool
 
-    make, steps = ppo_atari_envpool.envpool.make, []
+    steps = []
 
-    class NanOnce:
-        def __init__(self, envs):
-            self.envs = envs
+    def nan_once(obs, reward, terminated, truncated, info):
+        steps.append(None)
+        if len(steps) == 3 * 16 + 6:
+            reward = np.where(np.arange(len(reward)) == 1, np.nan, reward)
+        return obs, reward, terminated, truncated, info
 
-        def __getattr__(self, name):
-            return getattr(self.envs, name)
-
-        def step(self, action):
-            obs, reward, terminated, truncated, info = self.envs.step(action)
-            steps.append(None)
-            if len(steps) == 3 * 16 + 6:
-                reward = np.where(np.arange(len(reward)) == 1, np.nan, reward)
-            return obs, reward, terminated, truncated, info
-
-    monkeypatch.setattr(ppo_atari_envpool.envpool, "make", lambda *args, **kwargs: NanOnce(make(*args, **kwargs)))
+    wrap_envpool_steps(ppo_atari_envpool, monkeypatch, nan_once)
     flags = [*TINY, "--total-timesteps", "256", "--checkpoint-interval", "2", "--runs-dir", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", [SCRIPT, *flags])
     with pytest.raises(SystemExit) as exited:
