@@ -124,19 +124,15 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
         if not include_unfinished and not os.path.exists(os.path.join(run_dir, "done.json")):
             unfinished += 1
             continue
-        with open(args_path) as f:
-            args = json.load(f)
-        runs.append(
-            {
-                "dir": run_dir,
-                "args": args,
-                "env_id": args["env_id"],
-                "config": args["exp_name"],
-                "seed": args["seed"],
-                "total_steps": args.get("planned_steps") or args["num_iterations"] * args["batch_size"],
-                "scalars": read_scalars(run_dir),
-            }
-        )
+        try:
+            with open(args_path) as f:
+                args = json.load(f)
+            identity = {"env_id": args["env_id"], "config": args["exp_name"], "seed": args["seed"]}
+            total_steps = args.get("planned_steps") or args["num_iterations"] * args["batch_size"]
+        except (OSError, ValueError, TypeError, KeyError) as error:  # e.g. written by hand, or by another tool
+            data_note(run_dir, f"args.json unreadable ({type(error).__name__}: {error}): the run is left out")
+            continue
+        runs.append({"dir": run_dir, "args": args, **identity, "total_steps": total_steps, "scalars": read_scalars(run_dir)})
     if unfinished:
         print(f"note: {unfinished} run(s) without done.json left out (still running or interrupted; --unfinished adds them)")
 

@@ -59,6 +59,8 @@ def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(
     damaged = fake_run(sweep, 2, every_50, cut_events=True)
     without_events = fake_run(sweep, 3, None)
     early_only = fake_run(sweep, 4, [100, 200, 300])
+    broken = fake_run(sweep, 5, every_50)
+    (sweep / broken / "args.json").write_text('{"env_id": ')  # one unreadable args.json: that run out, not the report
     command = [sys.executable, AGGREGATE, "report", str(sweep), "--reps", "10", "--points", "2"]
 
     result = subprocess.run(command, capture_output=True, text=True)
@@ -70,17 +72,18 @@ def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(
         f"{early_only}: no episode ended in the last 10% of the steps: its last 10 episodes score",
         f"{damaged}: no episode ended in the last 10% of the steps",  # the episodes after the cut are lost
         f"{without_events}: no episode ended with a finite return: no final score (left out of the IQM and the mean)",
+        f"{broken}: args.json unreadable (JSONDecodeError: ",
     ]
     for fragment in expected:
         assert sum(fragment in line for line in warnings) == 1, (fragment, warnings)
-    assert len(warnings) == 5 and not any(good in line for line in warnings)
+    assert len(warnings) == 6 and not any(good in line for line in warnings)
     assert "Warning" not in result.stderr  # only the notes: no library's warning (e.g. numpy's mean of no run)
     report = (sweep / "report" / "report.md").read_text()
     notes = report.split("## Data left out or substituted")[1].strip().splitlines()
     assert notes == [f"- {line.removeprefix('warning: ')}" for line in warnings]
 
     strict = subprocess.run([*command, "--strict"], capture_output=True, text=True)
-    assert strict.returncode == 1 and strict.stderr.strip().splitlines()[-1].startswith("error: --strict: 5 datum(s)")
+    assert strict.returncode == 1 and strict.stderr.strip().splitlines()[-1].startswith("error: --strict: 6 datum(s)")
     clean = subprocess.run(
         [sys.executable, AGGREGATE, "curves", str(sweep / good), "--out", str(tmp_path / "c.png"), "--strict"],
         capture_output=True,
