@@ -64,8 +64,8 @@ if ! [[ $NPROC =~ ^[1-9][0-9]*$ ]]; then
     echo "error: NPROC must be a positive integer, got '$NPROC'" >&2
     exit 2
 fi
-if (($# > 1)) || { (($# == 1)) && [[ ! -r $1 ]]; }; then
-    echo "error: usage: bash sweeps/launch.sh [COMMANDS_FILE] (or commands on stdin); '${1:-}' is not readable" >&2
+if (($# > 1)) || { (($# == 1)) && [[ ! -f $1 || ! -r $1 ]]; }; then
+    echo "error: usage: bash sweeps/launch.sh [COMMANDS_FILE] (or commands on stdin); '${1:-}' is not a readable file" >&2
     exit 2
 fi
 

@@ -954,3 +954,10 @@ def test_report_table_mean_is_the_mean_of_the_final_scores(monkeypatch, tmp_path
     aggregate.report("sweep", str(tmp_path), 0.1, 10, 100, pdf=False, include_unfinished=False)
     row = next(line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| ppo |"))
     assert row.split(" | ")[-2] == "4.000"  # the mean column
+
+
+def test_launcher_rejects_a_commands_file_that_is_missing_or_a_directory(tmp_path):
+    for path in (tmp_path / "missing.txt", tmp_path):
+        env = {**os.environ, "LAUNCHER": "print", "LOG_DIR": str(tmp_path / "logs")}
+        result = subprocess.run(["bash", LAUNCH, str(path)], capture_output=True, text=True, env=env, timeout=60)
+        assert result.returncode == 2 and result.stdout == "" and "is not a readable file" in result.stderr, result.stderr
