@@ -103,8 +103,9 @@ class Args:
     repeats: int = 1
     """training runs per setting, the settings alternated; the median is reported"""
     candidates: tuple[str, ...] = ("bf16",)
-    """further flag sets to time next to the defaults, each one string of flags without their dashes (compile "compile
-    cudagraphs": --compile, then --compile --cudagraphs); each also gets its ratio to the eager path"""
+    """further flag sets to time next to the defaults, each one string of flags without their dashes, a value joined by
+    `=` (compile "compile cudagraphs" torch-threads=16: --compile, then --compile --cudagraphs, then --torch-threads=16);
+    each also gets its ratio to the eager path"""
     raw_steps: int = 2000
     """batched env.step calls for the raw EnvPool rate"""
     cuda: bool = False
@@ -280,6 +281,19 @@ def main() -> None:
     if unknown:
         print(f"error: --scripts: unknown {', '.join(unknown)} (choose from {', '.join(ALL_SCRIPTS)})", file=sys.stderr)
         sys.exit(2)
+    counts = {"num-envs": args.num_envs, "num-steps": args.num_steps, "metrics-interval": args.metrics_interval}
+    counts |= {"metrics-batch": args.metrics_batch, "repeats": args.repeats, "raw-steps": args.raw_steps}
+    for flag, value in {**counts, "warp-steps": args.warp_steps, "total-timesteps": args.total_timesteps}.items():
+        if value < 1:
+            print(f"error: --{flag} {value}: must be at least 1", file=sys.stderr)
+            sys.exit(2)
+    for candidate in args.candidates:  # a word not a flag name (say `torch-threads 16`) would reach the script as --16
+        if not all(word[:1].isalpha() for word in candidate.split()):
+            print(
+                f"error: --candidates '{candidate}': give flags without dashes, a value joined by = (torch-threads=16)",
+                file=sys.stderr,
+            )
+            sys.exit(2)
     if args.jobs < 1 or (args.jobs > 1 and args.cuda):
         print(f"error: --jobs {args.jobs}: >= 1, and 1 with --cuda (the thread split is the CPU's)", file=sys.stderr)
         sys.exit(2)

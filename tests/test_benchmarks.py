@@ -95,6 +95,9 @@ def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_r
         (["--cuda"], "error: --cuda: no CUDA device"),
         (["--jobs", "2", "--cuda"], "error: --jobs 2: >= 1, and 1 with --cuda"),  # on a GPU the scripts take 1 thread
         (["--scripts"], "error: --scripts names no script and --mjwarp is off"),
+        (["--repeats", "0"], "error: --repeats 0: must be at least 1"),  # it printed an empty table and exited 0
+        (["--num-envs", "-4"], "error: --num-envs -4: must be at least 1"),  # it ended in EnvPool's traceback
+        (["--candidates", "torch-threads 16"], "error: --candidates 'torch-threads 16': give flags without dashes"),
     ],
 )
 def test_sps_benchmark_refuses_what_it_cannot_measure_in_one_line(flags, error):
