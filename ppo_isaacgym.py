@@ -574,6 +574,11 @@ def validate_and_derive(args: Args) -> Args:
     require(args.metrics_batch >= WORLD_SIZE, no_state)
     args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
     args.num_iterations = args.total_timesteps // args.batch_size
+    top = 2**31 - args.num_iterations - args.num_envs
+    too_big = (
+        f"--seed {args.seed}, {args.num_iterations:,} iterations: the env seeds (seed + iteration + env index) are C ints"
+    )
+    require(0 <= args.seed < top, f"{too_big}: keep them in [0, 2**31)")
     args.scaled_learning_rate = learning_rate(args, args.num_envs, 0)
     return args
 
@@ -590,13 +595,18 @@ def require(ok: bool, message: str) -> None:  # Copied from ppo_atari_envpool.re
 
 
 def require_signs(args: Args, positive: str, non_negative: str) -> None:  # Copied from ppo_atari_envpool.require_signs
-    """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0."""
+    """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0;
+    integers other than the step budget below 2**31: EnvPool and torch take them as C ints."""
     for name in positive.split():
         value = getattr(args, name)
         require(value is None or 0 < value < math.inf, f"--{name.replace('_', '-')} must be finite and > 0, got {value}")
     for name in non_negative.split():
         value = getattr(args, name)
         require(0 <= value < math.inf, f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
+    for name in [*positive.split(), *non_negative.split()]:
+        value = getattr(args, name)
+        small = not isinstance(value, int) or value < 2**31 or name == "total_timesteps"
+        require(small, f"--{name.replace('_', '-')} must be below 2**31 = 2147483648, got {value}")
 
 
 def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.parse_args
@@ -661,7 +671,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
                     break
             run_dir = name
         except OSError as error:
-            fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
+            fail(f"cannot create the run directory {run_dir!r} ({error.strerror}): see --runs-dir and --exp-name")
         flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
         flags["device"] = torch.cuda.get_device_name(LOCAL_RANK) if gpu else "cpu"
         flags["processes"] = WORLD_SIZE  # a seed names another run at another process count: its own actions, minibatches

@@ -497,13 +497,18 @@ def require(ok: bool, message: str) -> None:  # Copied from ppo_atari_envpool.re
 
 
 def require_signs(args: Args, positive: str, non_negative: str) -> None:  # Copied from ppo_atari_envpool.require_signs
-    """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0."""
+    """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0;
+    integers other than the step budget below 2**31: EnvPool and torch take them as C ints."""
     for name in positive.split():
         value = getattr(args, name)
         require(value is None or 0 < value < math.inf, f"--{name.replace('_', '-')} must be finite and > 0, got {value}")
     for name in non_negative.split():
         value = getattr(args, name)
         require(0 <= value < math.inf, f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
+    for name in [*positive.split(), *non_negative.split()]:
+        value = getattr(args, name)
+        small = not isinstance(value, int) or value < 2**31 or name == "total_timesteps"
+        require(small, f"--{name.replace('_', '-')} must be below 2**31 = 2147483648, got {value}")
 
 
 def plan_iterations(args: Args) -> Args:  # Copied from ppo_atari_envpool.plan_iterations
@@ -530,15 +535,22 @@ def plan_iterations(args: Args) -> Args:  # Copied from ppo_atari_envpool.plan_i
     fits = args.total_timesteps >= batch_size
     require(fits, f"--total-timesteps {args.total_timesteps} is smaller than one batch (num_envs * num_steps = {batch_size})")
     args.num_envs, args.num_steps = phases[0][1:]
-    args.batch_size, args.planned_steps, args.num_iterations, starts = batch_size, 0, 0, []
-    while args.planned_steps + (batch_size := phase_at(args, args.planned_steps).batch_size) <= args.total_timesteps:
-        starts.append(args.planned_steps)
-        args.planned_steps, args.num_iterations = args.planned_steps + batch_size, args.num_iterations + 1
+    args.batch_size, args.planned_steps, args.num_iterations = batch_size, 0, 0
     ends = [phase[0] for phase in args.phases[1:]] + [math.inf]  # a phase trains the iterations that start in it
     for (start, num_envs, num_steps), (first, *_), end in zip(phases, args.phases, ends, strict=True):
-        trains = any(first <= step < end for step in starts)
+        phase_batch = num_envs * num_steps
+        fit = (args.total_timesteps - args.planned_steps) // phase_batch  # counted, not looped: a budget of any size
+        before_end = fit if end == math.inf else -((args.planned_steps - end) // phase_batch)  # iterations starting in it
+        iterations = min(fit, before_end) if args.planned_steps >= first else 0
+        args.planned_steps += iterations * phase_batch
+        args.num_iterations += iterations
         no_iteration = f"--schedule phase {start:g}:{num_envs}x{num_steps} would train no iteration: --total-timesteps"
-        require(trains, f"{no_iteration} {args.total_timesteps} ends before a whole batch of it (start it earlier?)")
+        require(iterations > 0, f"{no_iteration} {args.total_timesteps} ends before a whole batch of it (start it earlier?)")
+    top = 2**31 - args.num_iterations - max(num_envs for _, num_envs, _ in phases)
+    too_big = (
+        f"--seed {args.seed}, {args.num_iterations:,} iterations: the env seeds (seed + iteration + env index) are C ints"
+    )
+    require(0 <= args.seed < top, f"{too_big}: keep them in [0, 2**31)")
     return args
 
 
@@ -616,7 +628,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
                     break
             run_dir = name
         except OSError as error:
-            fail(f"--runs-dir {args.runs_dir!r}: cannot create a run directory there ({error.strerror})")
+            fail(f"cannot create the run directory {run_dir!r} ({error.strerror}): see --runs-dir and --exp-name")
         flags = {"script": os.path.basename(__file__), **asdict(args)}  # the script: launch.sh tells a variant's run apart
         flags["device"] = torch.cuda.get_device_name(LOCAL_RANK) if gpu else "cpu"
         flags["processes"] = WORLD_SIZE  # a seed names another run at another process count: its own actions, minibatches

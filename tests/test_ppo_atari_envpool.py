@@ -515,6 +515,12 @@ BAD_FLAGS = [
     (["--schedule", "0:8x128", "--num-envs=16"], "--schedule gives each phase's num_envs x num_steps: leave out --num-envs"),
     (["--num_steps", "8", "--schedule", "0:8x128"], "leave out --num-steps"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
+    # EnvPool's seeds and sizes are C ints: these ended in its traceback once the run directory was made
+    (["--seed", "-1"], "--seed -1, 9,765 iterations: the env seeds (seed + iteration + env index) are C ints"),
+    (["--seed", "2147474000"], "--seed 2147474000, 9,765 iterations: the env seeds"),  # its last phase's seeds overflow
+    (["--total-timesteps", "10000000000000000000"], "9,765,625,000,000,000 iterations: the env seeds"),  # it hung planning
+    (["--max-episode-steps", "2147483648"], "--max-episode-steps must be below 2**31 = 2147483648, got 2147483648"),
+    (["--torch-threads", "100000000000000000000"], "--torch-threads must be below 2**31"),
 ]
 
 
@@ -602,6 +608,37 @@ def test_schedule_phases_lr_and_ddr_target_by_step():
     assert ppo_atari_envpool.target_ddr(args, 5120) == pytest.approx(1000.0)  # geometric: halfway, a factor of 10
     args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(schedule="0:8x128,0.5:32x64", runs_dir="/tmp"))
     assert ppo_atari_envpool.phase_at(args, 5_000_000) == (32, 64, 2048 // 4)  # no --minibatch-size: 4 minibatches stay
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_iterations_are_counted_as_the_loop_would_take_them(seed):
+    """plan_iterations counts each phase's iterations arithmetically (a loop over them hung on a huge budget): the same
+    count as stepping through the budget batch by batch, each batch in the phase its first step falls in."""
+    rng = np.random.default_rng(seed)
+    starts = np.unique(np.round(rng.uniform(0, 1, rng.integers(0, 4)), 2))
+    shapes = [(int(rng.choice([2, 4, 8])), int(rng.choice([8, 16, 32]))) for _ in range(len(starts) + 1)]
+    schedule = ",".join(f"{start:g}:{n}x{m}" for start, (n, m) in zip([0, *starts[starts > 0]], shapes, strict=False))
+    total = int(rng.integers(64, 2000))
+    args = ppo_atari_envpool.Args(schedule=schedule, total_timesteps=total, minibatch_size=2, runs_dir="/tmp")
+    phases = ppo_atari_envpool.parse_schedule(schedule)
+    step, iterations, trained = 0, 0, set()
+    while True:  # the reference: batch by batch
+        start, num_envs, num_steps = [phase for phase in phases if int(phase[0] * total) <= step][-1]
+        if step + num_envs * num_steps > total:
+            break
+        step, iterations, trained = step + num_envs * num_steps, iterations + 1, trained | {start}
+    if len(trained) < len(phases):  # a phase no batch starts in is refused
+        with pytest.raises(SystemExit):
+            ppo_atari_envpool.plan_iterations(args)
+    else:
+        args = ppo_atari_envpool.plan_iterations(args)
+        assert (args.num_iterations, args.planned_steps) == (iterations, step), schedule
+
+
+def test_a_huge_budget_is_planned_at_once():
+    args = ppo_atari_envpool.Args(schedule="0:8x128,0.5:32x32", total_timesteps=10**12, seed=0, runs_dir="/tmp")
+    args = ppo_atari_envpool.plan_iterations(args)
+    assert args.num_iterations == 10**12 // 1024 and args.planned_steps == 10**12 // 1024 * 1024  # both 1024 a batch
 
 
 def test_adapted_clip_coef_moves_towards_the_ddr_target_in_log_space_and_stays_in_bounds():
@@ -817,7 +854,7 @@ def test_torchrun_a_run_that_process_0_cannot_open_ends_every_process_without_a_
     blocked.write_text("")
     result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(blocked / "runs"))
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert result.returncode != 0 and len(errors) == 1 and "cannot create a run directory there" in errors[0], result.stderr
+    assert result.returncode != 0 and len(errors) == 1 and "cannot create the run directory" in errors[0], result.stderr
     assert "[rank1]" not in result.stderr and "exitcode: -6" not in result.stderr, result.stderr  # no traceback, no abort
     assert 'ppo_atari_envpool.py", line' not in result.stderr, result.stderr
 

@@ -285,6 +285,9 @@ def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_eit
         (["--schedule", "0.5:8x128"], "--schedule '0.5:8x128': write the phases as START:NUM_ENVSxNUM_STEPS, starting at 0"),
         (["--resume", "/no/such.pt"], "no such checkpoint file"),
         (["--torch-threads", "0"], "--torch-threads must be finite and > 0, got 0"),
+        (["--seed", "-1"], "--seed -1, "),  # the env seeds are C ints: EnvPool's traceback once the run was made
+        (["--seed", "2147483647"], "iterations: the env seeds ("),
+        (["--torch-threads", "2147483648"], "--torch-threads must be below 2**31"),
         (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
         (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),
         (["--adapt", "ewma-com"], "--target-ddr-final and --adapt ewma-com need --target-ddr"),
