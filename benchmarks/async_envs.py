@@ -50,6 +50,12 @@ def transitions_per_second(agent: Agent, pool_size: int, batch_size: int, steps:
 
 def main() -> None:
     args = tyro.cli(Args, description=__doc__)
+    # num-envs >= 2: the third mode's batches are num_envs // 2; <= 65536: EnvPool's sizes are C ints (1e20 crashed it)
+    bounds = {"num-envs": (args.num_envs, 2, 65536), "steps": (args.steps, 1, None), "repeats": (args.repeats, 1, None)}
+    for flag, (value, low, high) in bounds.items():
+        if not low <= value <= (high or value):
+            print(f"error: --{flag} {value}: must be at least {low}" + (f", at most {high}" if high else ""), file=sys.stderr)
+            sys.exit(2)
     torch.manual_seed(0)
     agent = Agent(num_actions=4, separate_networks=False)
     modes = {

@@ -73,6 +73,16 @@ def seconds_per_update(network, obs, outputs, steps: int, synchronize) -> float:
 
 def main() -> None:
     args = tyro.cli(Args, description=__doc__)
+    # rounds >= 2: the first is dropped; threads <= 1024: torch takes a C int (0 meant torch's default, 1e20 a traceback)
+    threads = 1 if args.threads is None else args.threads
+    bounds = {"rounds": (args.rounds, 2, None), "steps": (args.steps, 1, None), "threads": (threads, 1, 1024)}
+    for flag, (value, low, high) in bounds.items():
+        if not low <= value <= (high or value):
+            print(f"error: --{flag} {value}: must be at least {low}" + (f", at most {high}" if high else ""), file=sys.stderr)
+            sys.exit(2)
+    if not 0 < args.scale <= 1:  # nan ended in a traceback; 0 timed minibatches of 1
+        print(f"error: --scale {args.scale}: must be > 0 and at most 1 (a fraction of the default minibatch)", file=sys.stderr)
+        sys.exit(2)
     if args.cuda and not torch.cuda.is_available():
         sys.exit("error: --cuda: no CUDA device is visible")
     if args.threads:

@@ -12,6 +12,7 @@ median of each), and the last two's ratios to the first.
 
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -42,6 +43,12 @@ def steps_per_second(envs, num_envs: int, host_obs: torch.Tensor | None, steps: 
 
 def main() -> None:
     args = tyro.cli(Args, description=__doc__)
+    # num-envs <= 65536: EnvPool's num_envs is a C int (1e20 ended in its traceback) and each env holds its frames
+    bounds = {"num-envs": (args.num_envs, 1, 65536), "steps": (args.steps, 1, None), "repeats": (args.repeats, 1, None)}
+    for flag, (value, low, high) in bounds.items():
+        if not low <= value <= (high or value):
+            print(f"error: --{flag} {value}: must be at least {low}" + (f", at most {high}" if high else ""), file=sys.stderr)
+            sys.exit(2)
     envs = envpool.make("Breakout-v5", "gymnasium", num_envs=args.num_envs, seed=0, episodic_life=True, reward_clip=True)
     host_obs = torch.empty((args.num_envs, *envs.observation_space.shape), dtype=torch.uint8)
     envs.reset()

@@ -6,6 +6,7 @@ line of the learning checks in RESULTS.md.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import envpool
@@ -29,8 +30,25 @@ class Args:
     """Procgen only: first level seed, with --num-levels"""
 
 
+def usage_error(flag: str, value, why: str) -> None:
+    print(f"error: --{flag} {value}: {why}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     args = tyro.cli(Args, description=__doc__)
+    family = envpool.registration.registry.specs.get(args.env_id, ("",))[0]  # (module, spec class, ...)
+    if not family:  # EnvPool's own check is an assertion (a traceback), in envpool.make
+        usage_error("env-id", args.env_id, "not an EnvPool task (envpool.list_all_envs() lists them)")
+    if args.num_levels is not None and family != "envpool.procgen":
+        usage_error("num-levels", args.num_levels, f"Procgen only, and {args.env_id} is not a Procgen task")
+    # num-envs: EnvPool's C int (1e20 ended in its traceback); seed: a C int too, and numpy's generator takes no negative
+    bounds = {"episodes": (args.episodes, 1, None), "num-envs": (args.num_envs, 1, 65536), "seed": (args.seed, 0, 2**31 - 2)}
+    if args.num_levels is not None:
+        bounds |= {"num-levels": (args.num_levels, 1, 2**31 - 1), "start-level": (args.start_level, 0, 2**31 - 1)}
+    for flag, (value, low, high) in bounds.items():
+        if not low <= value <= (high or value):
+            usage_error(flag, value, f"must be at least {low}" + (f", at most {high}" if high else ""))
     levels = {} if args.num_levels is None else {"num_levels": args.num_levels, "start_level": args.start_level}
     envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.num_envs, seed=args.seed, **levels)
     space, rng = envs.action_space, np.random.default_rng(args.seed)

@@ -46,6 +46,13 @@ class Args:
 
 def main() -> None:
     args = tyro.cli(Args, description=__doc__)
+    if not args.num_envs:  # it printed the table's header alone and exited 0
+        print("error: --num-envs: give one N_envs or more", file=sys.stderr)
+        sys.exit(2)
+    for flag, value in {"iterations": args.iterations, "num-steps": args.num_steps, "num-envs": min(args.num_envs)}.items():
+        if value < 1:  # the first run of the script refused --total-timesteps 0, after the header: exit 1
+            print(f"error: --{flag} {value}: must be at least 1", file=sys.stderr)
+            sys.exit(2)
     print(f"{args.script} on {args.env_id}, {args.iterations} iterations a run, seed {args.seed}; mean (max) over them")
     print(f"{'setting':<22}{'first minibatch KL':>28}{'first clip fraction':>28}{'update KL':>14}{'clip fraction':>15}")
     for num_envs in args.num_envs:

@@ -106,6 +106,29 @@ def test_sps_benchmark_refuses_what_it_cannot_measure_in_one_line(flags, error):
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(error), result.stderr
 
 
+@pytest.mark.parametrize(
+    "script, flags, error",
+    [
+        ("async_envs", ["--num-envs", "1"], "error: --num-envs 1: must be at least 2"),  # it ended in EnvPool's traceback
+        ("async_envs", ["--steps", "0"], "error: --steps 0: must be at least 1"),  # it printed rates of 0 and exited 0
+        ("host_threads", ["--repeats", "0"], "error: --repeats 0: must be at least 1"),  # a statistics traceback
+        ("host_threads", ["--num-envs", str(10**20)], f"error: --num-envs {10**20}: must be at least 1, at most 65536"),
+        ("random_policy", ["--env-id", "Nope-v1"], "error: --env-id Nope-v1: not an EnvPool task"),  # EnvPool's assert
+        ("random_policy", ["--episodes", "0"], "error: --episodes 0: must be at least 1"),  # it printed nan and exited 0
+        ("random_policy", ["--env-id", "Hopper-v5", "--num-levels", "1"], "error: --num-levels 1: Procgen only"),
+        ("ratio_noise", ["--iterations", "0"], "error: --iterations 0: must be at least 1"),  # exit 1, after the header
+        ("ratio_noise", ["--num-envs"], "error: --num-envs: give one N_envs or more"),  # the header alone, exit 0
+        ("bf16_update", ["--threads", "0"], "error: --threads 0: must be at least 1, at most 1024"),  # ran at full size
+        ("bf16_update", ["--rounds", "1"], "error: --rounds 1: must be at least 2"),  # the first round is dropped
+        ("bf16_update", ["--scale", "nan"], "error: --scale nan: must be > 0 and at most 1"),
+    ],
+)
+def test_benchmarks_refuse_bad_counts_in_one_line_before_making_envs(script, flags, error):
+    result = run_script(f"benchmarks/{script}.py", *flags, timeout=60)  # no env made, no training: seconds
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(error), result.stderr
+
+
 def test_async_envs_benchmark_times_the_three_modes():
     result = run_script(
         "benchmarks/async_envs.py", "--num-envs", "2", "--steps", "5", "--repeats", "1", env={"OMP_NUM_THREADS": "1"}
