@@ -32,6 +32,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import warnings
 
 import numpy as np
@@ -501,6 +502,26 @@ def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
 # --------------------------------------------------------------------------------------
 
 
+def unwritable(path: str, folder: bool) -> str | None:
+    """Why --out cannot be written (a folder, or a file's folder), None if it can: made, then probed with a temporary file
+    (a file or /proc/x as --out ended the report in a traceback at its first write)."""
+    if os.path.exists(path) and os.path.isdir(path) != folder:
+        return "a file, not a folder" if folder else "a folder, not a file"
+    directory = path if folder else os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as error:
+        return f"cannot write there ({error.strerror or error})"
+    return None
+
+
+def make_out_dir(out_dir: str) -> None:
+    if why := unwritable(out_dir, folder=True):
+        sys.stderr.write(f"error: --out {out_dir}: {why}\n")
+        sys.exit(2)
+
+
 def usage_error(message: str, include_unfinished: bool) -> None:
     """A folder without the runs asked for: one line, exit 2."""
     unfinished = "" if include_unfinished else "; --unfinished counts runs without done.json too"
@@ -514,7 +535,7 @@ def report(
     runs = load_runs(sweep_dir, include_unfinished)
     if not runs:
         usage_error(f"no {'' if include_unfinished else 'finished '}run under {sweep_dir}", include_unfinished)
-    os.makedirs(out_dir, exist_ok=True)
+    make_out_dir(out_dir)
     groups = group_runs(runs)
     configs = sorted(groups, key=numbers_as_numbers)
     groups = {config: groups[config] for config in configs}
@@ -631,7 +652,7 @@ def coverage(sweep_dir: str, out_dir: str, grid: int, points_per_run: int, pdf: 
     ]
     if not runs:
         usage_error(f"no run with embeddings.npz under {sweep_dir} (train with --save-embeddings)", include_unfinished)
-    os.makedirs(out_dir, exist_ok=True)
+    make_out_dir(out_dir)
     rng = np.random.default_rng(0)
     rows = []
     for game in sorted({run["env_id"] for run in runs}):
@@ -755,13 +776,24 @@ def main() -> None:
     curves.add_argument("--pdf", action="store_true", help="also write a PDF next to the PNG")
     args = parser.parse_args()
 
+    def bound(flag: str, value: int, low: int, high: int | None) -> None:  # 1e20 ended in numpy's traceback
+        if not low <= value <= (high or value):
+            parser.exit(2, f"error: --{flag} {value}: must be at least {low}" + (f", at most {high}\n" if high else "\n"))
+
     if args.command == "curves":
         run_files = ("args.json", "events.out.tfevents.*")  # a folder of runs has neither
         missing = [d for d in args.run_dirs if not any(glob.glob(os.path.join(d, name)) for name in run_files)]
         if missing:
             parser.exit(2, f"error: not a run directory (no args.json, no event file): {missing[0]}\n")
-        if args.smooth < 1:
-            parser.exit(2, "error: --smooth must be >= 1\n")
+        bound("smooth", args.smooth, 1, 10**6)
+        if not os.path.splitext(args.out)[1]:
+            args.out += ".png"  # what savefig writes: the file printed and probed is that one
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
+
+        if os.path.splitext(args.out)[1][1:].lower() not in FigureCanvasAgg.get_supported_filetypes():
+            parser.exit(2, f"error: --out {args.out}: not a format matplotlib writes (give .png, .pdf or .svg)\n")
+        if why := unwritable(args.out, folder=False):
+            parser.exit(2, f"error: --out {args.out}: {why}\n")
         tags, plotted = plot_curves(args.run_dirs, args.tag, args.out, args.smooth, args.pdf)
         if not plotted:  # (an all-NaN tag has no point left)
             known = f"the runs' tags: {', '.join(sorted(tags))}" if tags else "the runs have logged no scalar yet"
@@ -769,13 +801,15 @@ def main() -> None:
     elif not os.path.isdir(args.sweep_dir):
         parser.exit(2, f"error: {args.sweep_dir!r} is not a directory\n")
     elif args.command == "report":
-        if not 0 < args.final_fraction <= 1 or args.points < 2 or args.reps < 10:
-            parser.exit(2, "error: need 0 < --final-fraction <= 1, --points >= 2 and --reps >= 10\n")
+        if not 0 < args.final_fraction <= 1:
+            parser.exit(2, f"error: --final-fraction {args.final_fraction}: must be > 0 and at most 1\n")
+        bound("points", args.points, 2, 10**5)
+        bound("reps", args.reps, 10, 10**6)
         out_dir = args.out or os.path.join(args.sweep_dir, "report")
         report(args.sweep_dir, out_dir, args.final_fraction, args.points, args.reps, args.pdf, args.unfinished)
     else:
-        if args.grid < 1 or args.points_per_run < 3:
-            parser.exit(2, "error: need --grid >= 1 and --points-per-run >= 3\n")
+        bound("grid", args.grid, 1, 10**5)  # grid**2 cells, counted in int64
+        bound("points-per-run", args.points_per_run, 3, None)
         out_dir = args.out or os.path.join(args.sweep_dir, "report")
         coverage(args.sweep_dir, out_dir, args.grid, args.points_per_run, args.pdf, args.unfinished)
     if getattr(args, "strict", False) and DATA_NOTES:

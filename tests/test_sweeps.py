@@ -563,6 +563,52 @@ def test_aggregate_bad_input_exits_2(tmp_path):
     assert not (tmp_path / "curve.png").exists()
 
 
+@pytest.mark.parametrize(
+    "arguments, error",
+    [
+        (["report", "SWEEP", "--out", "FILE"], "error: --out FILE: a file, not a folder"),  # a traceback at makedirs
+        (["report", "SWEEP", "--out", "/proc/x"], "error: --out /proc/x: cannot write there"),
+        (["report", "SWEEP", "--points", str(10**20)], f"error: --points {10**20}: must be at least 2, at most 100000"),
+        (["report", "SWEEP", "--reps", str(10**20)], f"error: --reps {10**20}: must be at least 10, at most 1000000"),
+        (["curves", "RUN", "--smooth", str(10**20)], f"error: --smooth {10**20}: must be at least 1, at most 1000000"),
+        (["curves", "RUN", "--out", "SWEEP"], "error: --out SWEEP.png: a folder, not a file"),  # SWEEP.png: a folder
+        (["curves", "RUN", "--out", "/proc/x"], "error: --out /proc/x.png: cannot write there"),
+        (["curves", "RUN", "--out", "FILE.txt"], "error: --out FILE.txt: not a format matplotlib writes"),
+    ],
+)
+def test_aggregate_refuses_bad_values_and_an_unwritable_out_in_one_line(tmp_path, arguments, error):
+    """Each ended in a traceback (numpy's for a huge count, the first write's for --out), after the runs were read."""
+    paths = {"SWEEP": str(tmp_path / "sweep"), "RUN": str(tmp_path / "sweep" / "Pong-v5__ppo__1__100")}
+    paths["FILE"] = str(tmp_path / "file")
+    (tmp_path / "file").write_text("")
+    (tmp_path / "sweep.png").mkdir()
+    make_run(tmp_path / "sweep", "Pong-v5__ppo__1__100", ["done.json"])
+    shape = {"num_envs": 8, "num_steps": 128, "schedule": None, "batch_size": 1024, "update_epochs": 4, "num_iterations": 4}
+    args = {"env_id": "Pong-v5", "exp_name": "ppo", "seed": 1, **shape, "planned_steps": 4096}
+    json.dump(args, open(os.path.join(paths["RUN"], "args.json"), "w"))  # a run the report reads
+    writer = SummaryWriter(paths["RUN"])
+    writer.add_scalar("charts/episodic_return", 1.0, 1)
+    writer.close()
+    replace = lambda text: re.sub("SWEEP|RUN|FILE", lambda match: paths[match[0]], text)  # noqa: E731
+    result = subprocess.run([sys.executable, AGGREGATE, *map(replace, arguments)], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(replace(error)), result.stderr
+
+
+def test_aggregate_curves_prints_the_file_it_wrote(tmp_path):
+    """An --out without a suffix gets matplotlib's .png: it printed the path asked for, not the file written."""
+    run_dir = make_run(tmp_path, "Pong-v5__ppo__1__100", ["args.json"])
+    writer = SummaryWriter(str(run_dir))
+    writer.add_scalar("charts/episodic_return", 1.0, 1)
+    writer.close()
+    result = subprocess.run(
+        [sys.executable, AGGREGATE, "curves", str(run_dir), "--out", str(tmp_path / "curve")], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    written = result.stdout.splitlines()[-1].removeprefix("wrote ")
+    assert written == str(tmp_path / "curve.png") and os.path.isfile(written), result.stdout
+
+
 def test_report_groups_schedule_runs_and_plots_what_changes_during_training(tmp_path):
     """Synthetic runs of sweeps/schedules.sh: a fixed 8 x 128 run and a growing schedule with --target-ddr. The table
     names the schedule, the N_envs plot leaves it out, and the dynamics figure gains the N_envs and clip epsilon
