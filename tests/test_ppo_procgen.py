@@ -340,7 +340,8 @@ BAD_FLAGS = [
     (["--reward-clip", "0"], "--reward-clip must be finite and > 0, got 0"),
     (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
     (["--num-levels", "-1"], "--num-levels must be finite and >= 0"),
-    (["--start-level", "2147483648"], "--start-level + --num-levels must stay under 2**31"),  # EnvPool's traceback
+    (["--start-level", "2147483648"], "--start-level must be below 2**31"),  # EnvPool's traceback
+    (["--start-level", "2147483600", "--num-levels", "100"], "--start-level + --num-levels must stay under 2**31"),
     (["--start-level", "2147483000", "--num-levels", "1000"], "(the last level: 2,147,483,999)"),  # trained past it
     (["--total-timesteps", "100"], "smaller than one batch"),
     (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
