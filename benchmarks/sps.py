@@ -2,7 +2,7 @@
 
     python benchmarks/sps.py                      # all six scripts, 8 envs x 128 steps, 50 iterations; --bf16 too
     python benchmarks/sps.py --candidates compile "compile cudagraphs" --cuda   # also --compile, --compile --cudagraphs
-    python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 64 --total-timesteps 655360 --cuda
+    python benchmarks/sps.py --scripts ppo_atari_envpool.py --num-envs 128 --total-timesteps 327680 --cuda --steady
     python benchmarks/sps.py --nproc 2            # also: one run as 2 torchrun processes against 1
     python benchmarks/sps.py --jobs 2             # also: 2 concurrent runs with and without the thread split
     python benchmarks/sps.py --cuda --candidates no-torch-deterministic   # the cost of cuDNN's deterministic kernels
@@ -37,7 +37,8 @@ sweeps/launch.sh sets for JOBS=J), and the per-run SPS of both; on the CPU only 
 Every script runs the same batch shape (ppo_rnd_atari.py with a one-iteration
 observation-normalisation warm-up, which is not timed).
 Training SPS is the script's own charts/SPS at the end of the run (env steps per second
-of the training loop, imports and env creation excluded).
+of the training loop, imports and env creation excluded); with --steady, the rate after the first iteration (on a GPU
+the first carries CUDA's start, cuDNN's autotuning and most of the compiling).
 A run that fails is reported on stderr and its cells read `failed` (the medians are over the runs
 that succeeded); the other measurements still print, and the exit status is then 1.
 """
@@ -114,6 +115,9 @@ class Args:
     """above 1: also compare one process with this many torchrun processes of one run"""
     jobs: int = 1
     """above 1: also run this many training runs at once, without and with the thread split"""
+    steady: bool = False
+    """training SPS after the first iteration (the rate between the first and last iterations' charts/SPS points):
+    start-up, cuDNN's autotuning and the first iteration's compiling left out; needs 2 iterations a run"""
     mjwarp: bool = False
     """also: Ant on MuJoCo Warp against EnvPool's Ant-v5, the simulators alone and PPO end to end (--num-envs each)"""
     warp_steps: int = 20
@@ -221,10 +225,8 @@ def finite_check_seconds(script: str, frames: np.ndarray, batch_size: int, devic
 
 
 def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1, threads: int = 0, flags=()) -> float:
-    """charts/SPS at the end of one training run, NaN if it failed; `threads` > 0 sets OMP_NUM_THREADS (torchrun:
+    """The SPS of one training run (logged_sps), NaN if it failed; `threads` > 0 sets OMP_NUM_THREADS (torchrun:
     cores / nproc)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
-
     torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
     threads = threads or (max(1, (os.cpu_count() or 1) // nproc) if nproc > 1 and not args.cuda else 0)
     environment = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
@@ -269,10 +271,18 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
             )
             FAILED_RUNS.append(command)
             return math.nan
-        event_file = glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0]
-        accumulator = EventAccumulator(event_file)
-        accumulator.Reload()
-        return accumulator.Scalars("charts/SPS")[-1].value
+        return logged_sps(glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0], args.steady)
+
+
+def logged_sps(event_file: str, steady: bool) -> float:
+    """The run's charts/SPS at its end (training since the loop began) or, `steady`, the steps per second between the
+    first and last iterations' points (by the event file's times)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
+
+    accumulator = EventAccumulator(event_file)
+    accumulator.Reload()
+    first, last = accumulator.Scalars("charts/SPS")[0], accumulator.Scalars("charts/SPS")[-1]
+    return (last.step - first.step) / (last.wall_time - first.wall_time) if steady else last.value
 
 
 def main() -> None:
@@ -287,6 +297,9 @@ def main() -> None:
         if value < 1:
             print(f"error: --{flag} {value}: must be at least 1", file=sys.stderr)
             sys.exit(2)
+    if args.steady and args.total_timesteps < 2 * args.num_envs * args.num_steps:
+        print(f"error: --steady: --total-timesteps {args.total_timesteps} is under 2 iterations a run", file=sys.stderr)
+        sys.exit(2)
     for candidate in args.candidates:  # a word not a flag name (say `torch-threads 16`) would reach the script as --16
         if not all(word[:1].isalpha() for word in candidate.split()):
             print(
@@ -320,6 +333,7 @@ def main() -> None:
     print(
         f"machine: {os.cpu_count()} CPUs, device {device}; "
         f"{args.num_envs} envs x {args.num_steps} steps, {args.total_timesteps:,} steps per training run"
+        + ("; training SPS after the first iteration (--steady)" if args.steady else "")
     )
     batch_size = args.num_envs * args.num_steps
     raw, observations, rows = {}, {}, []

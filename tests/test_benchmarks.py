@@ -1,5 +1,6 @@
 """The benchmark scripts on tiny budgets: each runs and prints what it says it measures."""
 
+import importlib
 import os
 import re
 
@@ -97,6 +98,7 @@ def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_r
         (["--scripts"], "error: --scripts names no script and --mjwarp is off"),
         (["--repeats", "0"], "error: --repeats 0: must be at least 1"),  # it printed an empty table and exited 0
         (["--num-envs", "-4"], "error: --num-envs -4: must be at least 1"),  # it ended in EnvPool's traceback
+        (["--steady", "--total-timesteps", "1024"], "error: --steady: --total-timesteps 1024 is under 2 iterations"),
         (["--candidates", "torch-threads 16"], "error: --candidates 'torch-threads 16': give flags without dashes"),
     ],
 )
@@ -127,6 +129,18 @@ def test_benchmarks_refuse_bad_counts_in_one_line_before_making_envs(script, fla
     result = run_script(f"benchmarks/{script}.py", *flags, timeout=60)  # no env made, no training: seconds
     assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(error), result.stderr
+
+
+def test_sps_benchmark_reads_the_rate_of_the_whole_run_or_after_the_first_iteration(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    sps = importlib.import_module("sps")
+    writer = SummaryWriter(str(tmp_path))
+    for step, walltime, value in ((100, 10.0, 5), (300, 12.0, 15), (500, 14.0, 20)):  # the first iteration took 10 s
+        writer.add_scalar("charts/SPS", value, step, walltime=walltime)
+    writer.close()
+    event_file = next(tmp_path.glob("events.out.tfevents.*"))
+    assert sps.logged_sps(str(event_file), steady=False) == 20  # the script's own: 500 steps in 25 s
+    assert sps.logged_sps(str(event_file), steady=True) == pytest.approx(100.0)  # 400 steps in 4 s
 
 
 def test_async_envs_benchmark_times_the_three_modes():
