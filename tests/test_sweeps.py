@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, usage_error
 from torch.utils.tensorboard import SummaryWriter
 
 import metrics
@@ -576,7 +576,7 @@ def test_aggregate_bad_input_exits_2(tmp_path):
         (["curves", "RUN", "--out", "FILE.txt"], "error: --out FILE.txt: not a format matplotlib writes"),
     ],
 )
-def test_aggregate_refuses_bad_values_and_an_unwritable_out_in_one_line(tmp_path, arguments, error):
+def test_aggregate_refuses_bad_values_and_an_unwritable_out_in_one_line(tmp_path, arguments, error, monkeypatch, capsys):
     """Each ended in a traceback (numpy's for a huge count, the first write's for --out), after the runs were read."""
     paths = {"SWEEP": str(tmp_path / "sweep"), "RUN": str(tmp_path / "sweep" / "Pong-v5__ppo__1__100")}
     paths["FILE"] = str(tmp_path / "file")
@@ -590,9 +590,9 @@ def test_aggregate_refuses_bad_values_and_an_unwritable_out_in_one_line(tmp_path
     writer.add_scalar("charts/episodic_return", 1.0, 1)
     writer.close()
     replace = lambda text: re.sub("SWEEP|RUN|FILE", lambda match: paths[match[0]], text)  # noqa: E731
-    result = subprocess.run([sys.executable, AGGREGATE, *map(replace, arguments)], capture_output=True, text=True)
-    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
-    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(replace(error)), result.stderr
+    from sweeps import aggregate  # in-process: matplotlib and rliable imported once for every case
+
+    assert usage_error(aggregate.main, monkeypatch, capsys, [AGGREGATE, *map(replace, arguments)]).startswith(replace(error))
 
 
 def test_aggregate_curves_prints_the_file_it_wrote(tmp_path):
