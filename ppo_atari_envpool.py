@@ -634,9 +634,7 @@ def plan_iterations(args: Args) -> Args:
         no_iteration = f"--schedule phase {start:g}:{num_envs}x{num_steps} would train no iteration: --total-timesteps"
         require(iterations > 0, f"{no_iteration} {args.total_timesteps} ends before a whole batch of it (start it earlier?)")
     top = 2**31 - args.num_iterations - max(num_envs for _, num_envs, _ in phases)
-    too_big = (
-        f"--seed {args.seed}, {args.num_iterations:,} iterations: the env seeds (seed + iteration + env index) are C ints"
-    )
+    too_big = f"--seed {args.seed}, {args.num_iterations:,} iterations: env seeds (seed + iteration + env index) are C ints"
     require(0 <= args.seed < top, f"{too_big}: keep them in [0, 2**31)")
     return args
 

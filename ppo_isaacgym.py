@@ -575,9 +575,7 @@ def validate_and_derive(args: Args) -> Args:
     args.minibatch_size, args.num_minibatches = minibatch_size, args.batch_size // minibatch_size
     args.num_iterations = args.total_timesteps // args.batch_size
     top = 2**31 - args.num_iterations - args.num_envs
-    too_big = (
-        f"--seed {args.seed}, {args.num_iterations:,} iterations: the env seeds (seed + iteration + env index) are C ints"
-    )
+    too_big = f"--seed {args.seed}, {args.num_iterations:,} iterations: env seeds (seed + iteration + env index) are C ints"
     require(0 <= args.seed < top, f"{too_big}: keep them in [0, 2**31)")
     args.scaled_learning_rate = learning_rate(args, args.num_envs, 0)
     return args

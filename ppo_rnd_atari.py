@@ -707,9 +707,7 @@ def validate_and_derive(args: Args) -> Args:
     args.num_iterations = args.total_timesteps // args.batch_size
     args.planned_steps = args.num_iterations * args.batch_size
     top = 2**31 - args.num_iterations - args.num_envs
-    too_big = (
-        f"--seed {args.seed}, {args.num_iterations:,} iterations: the env seeds (seed + iteration + env index) are C ints"
-    )
+    too_big = f"--seed {args.seed}, {args.num_iterations:,} iterations: env seeds (seed + iteration + env index) are C ints"
     require(0 <= args.seed < top, f"{too_big}: keep them in [0, 2**31)")
     return args
 

@@ -516,9 +516,9 @@ BAD_FLAGS = [
     (["--num_steps", "8", "--schedule", "0:8x128"], "leave out --num-steps"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
     # EnvPool's seeds and sizes are C ints: these ended in its traceback once the run directory was made
-    (["--seed", "-1"], "--seed -1, 9,765 iterations: the env seeds (seed + iteration + env index) are C ints"),
-    (["--seed", "2147474000"], "--seed 2147474000, 9,765 iterations: the env seeds"),  # its last phase's seeds overflow
-    (["--total-timesteps", "10000000000000000000"], "9,765,625,000,000,000 iterations: the env seeds"),  # it hung planning
+    (["--seed", "-1"], "--seed -1, 9,765 iterations: env seeds (seed + iteration + env index) are C ints"),
+    (["--seed", "2147474000"], "--seed 2147474000, 9,765 iterations: env seeds"),  # its last phase's seeds overflow
+    (["--total-timesteps", "10000000000000000000"], "9,765,625,000,000,000 iterations: env seeds"),  # it hung planning
     (["--max-episode-steps", "2147483648"], "--max-episode-steps must be below 2**31 = 2147483648, got 2147483648"),
     (["--torch-threads", "100000000000000000000"], "--torch-threads must be below 2**31"),
 ]

@@ -511,7 +511,7 @@ BAD_FLAGS = [
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
     (["--torch-threads", "0"], "--torch-threads must be finite and > 0, got 0"),
     (["--seed", "-1"], "--seed -1, "),  # the env seeds are C ints: EnvPool's traceback once the run was made
-    (["--seed", "2147483647"], "iterations: the env seeds ("),
+    (["--seed", "2147483647"], "iterations: env seeds ("),
     (["--torch-threads", "2147483648"], "--torch-threads must be below 2**31"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
     (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),
