@@ -97,6 +97,9 @@ def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_r
         assert all(float(cell.replace(",", "")) > 0 for cell in row.split()[-2:]), row
 
 
+SPS_COUNTS = "num-envs num-steps metrics-interval metrics-batch repeats raw-steps warp-steps total-timesteps".split()
+
+
 @pytest.mark.parametrize(
     "flags, error",
     [
@@ -107,6 +110,11 @@ def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_r
         (["--num-envs", "-4"], "error: --num-envs -4: must be at least 1"),  # it ended in EnvPool's traceback
         (["--steady", "--total-timesteps", "1024"], "error: --steady: --total-timesteps 1024 is under 2 iterations"),
         (["--candidates", "torch-threads 16"], "error: --candidates 'torch-threads 16': give flags without dashes"),
+        # every count checked (--jobs 0, refused after them, ends a run that would pass them); 2 iterations do for --steady,
+        # and a candidate's value joined by = is a flag
+        *[([f"--{flag}", "0", "--jobs", "0"], f"error: --{flag} 0: must be at least 1") for flag in SPS_COUNTS],
+        (["--steady", "--total-timesteps", "2048", "--jobs", "0"], "error: --jobs 0"),  # 2 batches of 8 x 128
+        (["--candidates", "torch-threads=16", "compile cudagraphs", "--jobs", "0"], "error: --jobs 0"),
     ],
 )
 def test_sps_benchmark_refuses_what_it_cannot_measure_in_one_line(flags, error, monkeypatch, capsys):
@@ -131,6 +139,35 @@ def test_sps_benchmark_refuses_what_it_cannot_measure_in_one_line(flags, error, 
     ],
 )
 def test_benchmarks_refuse_bad_counts_in_one_line_before_making_envs(script, flags, error, monkeypatch, capsys):
+    assert refusal(monkeypatch, capsys, script, flags).startswith(error)
+
+
+@pytest.mark.parametrize(
+    "script, flags, error",
+    [
+        ("random_policy", ["--seed", "2147483647"], "error: --seed 2147483647: must be at least 0, at most 2147483646"),
+        ("random_policy", ["--env-id", "BigfishEasy-v0", "--num-levels", "0"], "error: --num-levels 0: must be at least 1"),
+        (
+            "random_policy",
+            ["--env-id", "BigfishEasy-v0", "--num-levels", "1", "--start-level", "-1"],
+            "error: --start-level -1",
+        ),
+        ("ratio_noise", ["--num-envs", "8", "0"], "error: --num-envs 0: must be at least 1"),  # the smallest is checked
+        ("bf16_update", ["--scale", "0"], "error: --scale 0.0: must be > 0 and at most 1"),
+        ("bf16_update", ["--threads", "1025"], "error: --threads 1025: must be at least 1, at most 1024"),
+    ],
+)
+def test_benchmarks_refuse_edge_values_before_any_work(script, flags, error, monkeypatch, capsys):
+    """The first work each would start (EnvPool, a training process, the timed networks) raises here: a value the
+    checks let through fails at once instead of running the benchmark."""
+
+    def work(*args, **kwargs):
+        raise AssertionError(f"{script} started work with {flags}")
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    module = importlib.import_module(script)
+    owner, name = {"random_policy": ("envpool", "make"), "ratio_noise": ("subprocess", "run")}.get(script, ("", "networks"))
+    monkeypatch.setattr(getattr(module, owner) if owner else module, name, work)
     assert refusal(monkeypatch, capsys, script, flags).startswith(error)
 
 

@@ -521,6 +521,7 @@ BAD_FLAGS = [
     (["--total-timesteps", "10000000000000000000"], "9,765,625,000,000,000 iterations: env seeds"),  # it hung planning
     (["--max-episode-steps", "2147483648"], "--max-episode-steps must be below 2**31 = 2147483648, got 2147483648"),
     (["--torch-threads", "100000000000000000000"], "--torch-threads must be below 2**31"),
+    (["--checkpoint-interval", "2147483648", "--gamma", "2"], "--checkpoint-interval must be below 2**31"),  # non-negative
 ]
 
 
@@ -639,6 +640,19 @@ def test_a_huge_budget_is_planned_at_once():
     args = ppo_atari_envpool.Args(schedule="0:8x128,0.5:32x32", total_timesteps=10**12, seed=0, runs_dir="/tmp")
     args = ppo_atari_envpool.plan_iterations(args)
     assert args.num_iterations == 10**12 // 1024 and args.planned_steps == 10**12 // 1024 * 1024  # both 1024 a batch
+
+
+@pytest.mark.parametrize("seed, refused", [(2**31 - 82, True), (2**31 - 100, False)])
+def test_the_seed_check_counts_the_widest_phase_envs(seed, refused):
+    """Phases 8x16 then 64x2 (128 a batch), 2560 steps: 10 iterations each, 20 in all. The last env seed is
+    seed + (20 - 1) + (64 - 1) = seed + 82: 2**31 - 82 leaves C ints (the later, wider phase's envs count, not the
+    first phase's 8), 2**31 - 100 ends at 2**31 - 18."""
+    args = ppo_atari_envpool.Args(schedule="0:8x16,0.5:64x2", total_timesteps=2560, seed=seed, runs_dir="/tmp")
+    if refused:
+        with pytest.raises(SystemExit):
+            ppo_atari_envpool.plan_iterations(args)
+    else:
+        assert ppo_atari_envpool.plan_iterations(args).num_iterations == 20
 
 
 def test_adapted_clip_coef_moves_towards_the_ddr_target_in_log_space_and_stays_in_bounds():

@@ -349,6 +349,10 @@ BAD_FLAGS = [
     (["--torch-threads", "0"], "--torch-threads must be finite and > 0, got 0"),
     (["--seed", "-1"], "--seed -1, "),  # the env seeds are C ints: EnvPool's traceback once the run was made
     (["--seed", "2147483647"], "iterations: env seeds ("),
+    (
+        ["--seed", "2147482124", "--runs-dir", "/proc/forbidden"],
+        "--seed 2147482124, 1,525 iterations: env seeds",
+    ),  # 1,525 iterations: its last env seed is 2**31
     (["--torch-threads", "2147483648"], "--torch-threads must be below 2**31"),
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
     (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),

@@ -574,6 +574,12 @@ def test_aggregate_bad_input_exits_2(tmp_path):
         (["curves", "RUN", "--out", "SWEEP"], "error: --out SWEEP.png: a folder, not a file"),  # SWEEP.png: a folder
         (["curves", "RUN", "--out", "/proc/x"], "error: --out /proc/x.png: cannot write there"),
         (["curves", "RUN", "--out", "FILE.txt"], "error: --out FILE.txt: not a format matplotlib writes"),
+        # the edges pass: each run goes on to a later refusal (an upper-case suffix is a format matplotlib writes)
+        (["curves", "RUN", "--smooth", "1", "--out", "FILE.txt"], "error: --out FILE.txt: not a format"),
+        (["curves", "RUN", "--out", "/proc/x.PNG"], "error: --out /proc/x.PNG: cannot write there"),
+        (["report", "SWEEP", "--points", "2", "--reps", "10", "--out", "FILE"], "error: --out FILE: a file, not a folder"),
+        (["coverage", "SWEEP", "--grid", "100001"], "error: --grid 100001: must be at least 1, at most 100000"),
+        (["coverage", "SWEEP", "--grid", "1", "--points-per-run", "2"], "error: --points-per-run 2: must be at least 3"),
     ],
 )
 def test_aggregate_refuses_bad_values_and_an_unwritable_out_in_one_line(tmp_path, arguments, error, monkeypatch, capsys):
