@@ -42,8 +42,12 @@ def main() -> None:
         usage_error("env-id", args.env_id, "not an EnvPool task (envpool.list_all_envs() lists them)")
     if args.num_levels is not None and family != "envpool.procgen":
         usage_error("num-levels", args.num_levels, f"Procgen only, and {args.env_id} is not a Procgen task")
-    # num-envs: EnvPool's C int (1e20 ended in its traceback); seed: a C int too, and numpy's generator takes no negative
-    bounds = {"episodes": (args.episodes, 1, None), "num-envs": (args.num_envs, 1, 65536), "seed": (args.seed, 0, 2**31 - 2)}
+    # num-envs: a C int in EnvPool (1e20 ended in its traceback); so is each env seed, seed + env index, and no negative
+    bounds = {
+        "episodes": (args.episodes, 1, None),
+        "num-envs": (args.num_envs, 1, 65536),
+        "seed": (args.seed, 0, 2**31 - args.num_envs),
+    }
     if args.num_levels is not None:
         bounds |= {"num-levels": (args.num_levels, 1, 2**31 - 1), "start-level": (args.start_level, 0, 2**31 - 1)}
     for flag, (value, low, high) in bounds.items():

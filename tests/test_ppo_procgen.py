@@ -347,7 +347,7 @@ BAD_FLAGS = [
     (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
     (["--torch-threads", "0"], "--torch-threads must be finite and > 0, got 0"),
-    (["--seed", "-1"], "--seed -1, "),  # the env seeds are C ints: EnvPool's traceback once the run was made
+    (["--seed", "-1"], "--seed -1, "),  # under torchrun Procgen draws the env seeds with RandomState, which takes none
     (["--seed", "2147483647"], "iterations: env seeds ("),
     (
         ["--seed", "2147482124", "--runs-dir", "/proc/forbidden"],
