@@ -281,7 +281,8 @@ def logged_sps(event_file: str, steady: bool) -> float:
 
     accumulator = EventAccumulator(event_file)
     accumulator.Reload()
-    first, last = accumulator.Scalars("charts/SPS")[0], accumulator.Scalars("charts/SPS")[-1]
+    points = accumulator.Scalars("charts/SPS")
+    first, last = points[0], points[-1]
     return (last.step - first.step) / (last.wall_time - first.wall_time) if steady else last.value
 
 
