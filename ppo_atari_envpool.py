@@ -559,6 +559,8 @@ def validate_and_derive(args: Args) -> Args:
         "torch_threads target_ddr target_ddr_final adapt_rate ddr_batch",
         non_negative="checkpoint_interval metrics_interval ent_coef vf_coef dormant_tau",
     )
+    cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault
+    require((args.torch_threads or 1) <= cpus, f"--torch-threads {args.torch_threads} is more than the {cpus} CPUs here")
     require(0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}")
     require(0 <= args.gae_lambda <= 1, f"--gae-lambda must be in [0, 1], got {args.gae_lambda}")
     low, high = args.clip_coef_bounds

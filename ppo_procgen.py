@@ -570,6 +570,8 @@ def validate_and_derive(args: Args) -> Args:
         "torch_threads",
         non_negative="checkpoint_interval metrics_interval ent_coef vf_coef dormant_tau num_levels start_level",
     )
+    cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault
+    require((args.torch_threads or 1) <= cpus, f"--torch-threads {args.torch_threads} is more than the {cpus} CPUs here")
     last_level = args.start_level + max(args.num_levels, 1) - 1  # Procgen's level seeds are C ints
     require(last_level < 2**31, f"--start-level + --num-levels must stay under 2**31 (the last level: {last_level:,})")
     require(0 <= args.gamma <= 1, f"--gamma must be in [0, 1], got {args.gamma}")

@@ -687,6 +687,8 @@ def validate_and_derive(args: Args) -> Args:
         non_negative="checkpoint_interval metrics_interval ent_coef vf_coef dormant_tau ext_coef int_coef "
         "num_iterations_obs_norm_init",
     )
+    cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault
+    require((args.torch_threads or 1) <= cpus, f"--torch-threads {args.torch_threads} is more than the {cpus} CPUs here")
     for name in ("gamma", "int_gamma", "gae_lambda", "repeat_action_probability"):
         require(0 <= getattr(args, name) <= 1, f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     require(0 < args.update_proportion <= 1, f"--update-proportion must be in (0, 1], got {args.update_proportion}")

@@ -475,6 +475,8 @@ def validate_and_derive(args: Args) -> Args:
         "metrics_batch embeddings_per_iteration learning_rate adam_eps max_grad_norm minibatch_size torch_threads",
         non_negative="checkpoint_interval metrics_interval dormant_tau",
     )
+    cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault
+    require((args.torch_threads or 1) <= cpus, f"--torch-threads {args.torch_threads} is more than the {cpus} CPUs here")
     for name in ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction"):
         require(0 <= getattr(args, name) <= 1, f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     cuda = args.cuda and torch.cuda.is_available()

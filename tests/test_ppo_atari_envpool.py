@@ -521,6 +521,7 @@ BAD_FLAGS = [
     (["--total-timesteps", "10000000000000000000"], "9,765,625,000,000,000 iterations: env seeds"),  # it hung planning
     (["--max-episode-steps", "2147483648"], "--max-episode-steps must be below 2**31 = 2147483648, got 2147483648"),
     (["--torch-threads", "100000000000000000000"], "--torch-threads must be below 2**31"),
+    (["--torch-threads", str((os.cpu_count() or 1) + 1)], "CPUs here"),  # 100,000 threads: a segfault
     (["--checkpoint-interval", "2147483648", "--gamma", "2"], "--checkpoint-interval must be below 2**31"),  # non-negative
 ]
 

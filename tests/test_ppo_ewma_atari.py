@@ -288,6 +288,7 @@ def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_eit
         (["--seed", "-1"], "--seed -1, "),  # the env seeds are C ints: EnvPool's traceback once the run was made
         (["--seed", "2147483647"], "iterations: env seeds ("),
         (["--torch-threads", "2147483648"], "--torch-threads must be below 2**31"),
+        (["--torch-threads", str((os.cpu_count() or 1) + 1)], "CPUs here"),  # 100,000 threads: a segfault
         (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
         (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),
         (["--adapt", "ewma-com"], "--target-ddr-final and --adapt ewma-com need --target-ddr"),

@@ -354,6 +354,7 @@ BAD_FLAGS = [
         "--seed 2147482124, 1,525 iterations: env seeds",
     ),  # 1,525 iterations: its last env seed is 2**31
     (["--torch-threads", "2147483648"], "--torch-threads must be below 2**31"),
+    (["--torch-threads", str((os.cpu_count() or 1) + 1)], "CPUs here"),  # 100,000 threads: a segfault
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
     (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),

@@ -304,6 +304,7 @@ BAD_FLAGS = [
     (["--seed", "-1"], "--seed -1, "),  # the env seeds are C ints: EnvPool's traceback once the run was made
     (["--seed", "2147483647"], "iterations: env seeds ("),
     (["--torch-threads", "2147483648"], "--torch-threads must be below 2**31"),
+    (["--torch-threads", str((os.cpu_count() or 1) + 1)], "CPUs here"),  # 100,000 threads: a segfault
     (["--cudagraphs"], "--cudagraphs needs --compile and CUDA"),
     (["--save-embeddings", "--metrics-interval", "0"], "--save-embeddings needs --metrics-interval > 0"),
     (["--compile", "--cudagraphs", "--no-cuda"], "--cudagraphs needs --compile and CUDA"),
