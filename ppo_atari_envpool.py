@@ -856,6 +856,15 @@ def stop_on_write_error(error: OSError) -> None:
     fail(f"cannot write {error.filename}: {error.strerror or error}{resume}", status=1)
 
 
+def stop_if_out_of_memory(error: Exception) -> None:
+    """A failed allocation (on the GPU or the host) ends the run with one line, exit 1: the rollout or a
+    minibatch's forward and backward pass does not fit. The last checkpoint stays; other errors pass through."""
+    if allocation := re.search(r"(?i)to allocate ([\d.]+) (\w+)", str(error)):  # torch's and numpy's words
+        size = f"{float(allocation[1]) / 2**30:,.1f} GiB" if allocation[2] == "bytes" else " ".join(allocation.groups())
+        where = "GPU" if isinstance(error, torch.OutOfMemoryError) else "host"
+        fail(f"out of {where} memory (tried to allocate {size}): try a smaller batch or minibatch", status=1)
+
+
 def restore_checkpoint(checkpoint: dict, **modules) -> int:
     """Load the state dicts and the RNG state of a checkpoint; returns its global step."""
     try:
@@ -930,7 +939,8 @@ if __name__ == "__main__":
         main()
     except OSError as error:  # a full or unwritable disk, wherever it is met
         stop_on_write_error(error)
-    except RuntimeError as error:  # Gloo's under torchrun when another process has ended: that one says why, not this one
+    except (MemoryError, RuntimeError) as error:  # out of memory; or Gloo's, when another torchrun process has ended
+        stop_if_out_of_memory(error)
         if "closed by peer" not in str(error) or not dist.is_initialized():
             raise
         os._exit(1)  # at once: sys.exit would abort in Gloo's threads

@@ -257,6 +257,28 @@ def test_a_failed_write_names_the_file_removes_the_temporary_file_and_keeps_the_
     )
 
 
+def test_a_batch_that_does_not_fit_in_memory_ends_the_run_with_one_line(tmp_path, capsys):
+    """8 envs x 10**9 steps of frames (210,285 GiB: more than any host, and than x86-64's 128 TiB of address space) fail
+    torch's allocation; CUDA's and numpy's messages give the same line; another error passes through."""
+    flags = ["--num-steps", str(10**9), "--total-timesteps", str(8 * 10**9), "--torch-threads", "1"]
+    result = run_script("ppo_atari_envpool.py", *flags, "--runs-dir", str(tmp_path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: out of host memory (tried to allocate 210,285.2 GiB): try a smaller batch or minibatch"]
+    import ppo_atari_envpool
+
+    cuda = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB")
+    numpy = MemoryError("Unable to allocate 29.8 GiB for an array with shape (1000000000, 8) and data type float32")
+    for error, expected in (
+        (cuda, "out of GPU memory (tried to allocate 20.00 GiB)"),
+        (numpy, "out of host memory (tried to allocate 29.8 GiB)"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            ppo_atari_envpool.stop_if_out_of_memory(error)
+        assert exited.value.code == 1 and capsys.readouterr().err == f"error: {expected}: try a smaller batch or minibatch\n"
+    assert ppo_atari_envpool.stop_if_out_of_memory(RuntimeError("Connection closed by peer")) is None
+
+
 def test_embeddings_are_saved_before_the_checkpoint_and_a_resumed_run_replaces_the_iterations_it_trains_again(
     tmp_path, monkeypatch
 ):
