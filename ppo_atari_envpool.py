@@ -857,12 +857,14 @@ def stop_on_write_error(error: OSError) -> None:
 
 
 def stop_if_out_of_memory(error: Exception) -> None:
-    """A failed allocation (on the GPU or the host) ends the run with one line, exit 1: the rollout or a
-    minibatch's forward and backward pass does not fit. The last checkpoint stays; other errors pass through."""
-    if allocation := re.search(r"(?i)to allocate ([\d.]+) (\w+)", str(error)):  # torch's and numpy's words
-        size = f"{float(allocation[1]) / 2**30:,.1f} GiB" if allocation[2] == "bytes" else " ".join(allocation.groups())
+    """A failed allocation (on the GPU or the host) ends the run with one line, exit 1: the envs, the rollout or a
+    minibatch's forward and backward pass do not fit. The last checkpoint stays; other errors pass through."""
+    words = re.search(r"(?i)to allocate ([\d.]+) (\w+)", str(error))  # torch's and numpy's; EnvPool's: std::bad_alloc
+    if words or isinstance(error, MemoryError):
+        size = words and (f"{float(words[1]) / 2**30:,.1f} GiB" if words[2] == "bytes" else f"{words[1]} {words[2]}")
+        asked = f"tried to allocate {size}" if size else str(error) or type(error).__name__
         where = "GPU" if isinstance(error, torch.OutOfMemoryError) else "host"
-        fail(f"out of {where} memory (tried to allocate {size}): try a smaller batch or minibatch", status=1)
+        fail(f"out of {where} memory ({asked}): try a smaller batch or minibatch", status=1)
 
 
 def restore_checkpoint(checkpoint: dict, **modules) -> int:
