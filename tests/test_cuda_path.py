@@ -494,6 +494,17 @@ def test_mujoco_warp_backend_trains_on_cuda(speed, tmp_path):
     assert json.load(open(os.path.join(run_dir, "args.json")))["backend"] == "mjwarp"
 
 
+@needs_cuda
+def test_a_batch_too_big_for_the_gpu_ends_the_run_with_one_line(tmp_path):
+    """8 envs x 10**7 steps of frames (2,103 GiB, more than any GPU): CUDA's OutOfMemoryError, read by
+    stop_if_out_of_memory (tests/test_faults.py checks the host's on the CPU)."""
+    flags = ["--num-steps", str(10**7), "--total-timesteps", str(8 * 10**7), "--cuda", "--runs-dir", str(tmp_path)]
+    result = run_script("ppo_atari_envpool.py", *flags, cuda=True)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert len(errors) == 1 and re.fullmatch(r"error: out of GPU memory \(tried to allocate [\d.]+ GiB\): try .+", errors[0])
+
+
 @needs_two_gpus
 @pytest.mark.parametrize("script", TORCHRUN_SCRIPTS)
 def test_two_nccl_processes_keep_identical_weights(script, tmp_path):
