@@ -259,7 +259,7 @@ def test_a_failed_write_names_the_file_removes_the_temporary_file_and_keeps_the_
 
 def test_a_batch_that_does_not_fit_in_memory_ends_the_run_with_one_line(tmp_path, capsys):
     """8 envs x 10**9 steps of frames (210,285 GiB: more than any host, and than x86-64's 128 TiB of address space) fail
-    torch's allocation; CUDA's, numpy's and EnvPool's give the same line; another error passes through."""
+    torch's allocation; CUDA's, numpy's, Warp's and EnvPool's give the same line; another error passes through."""
     flags = ["--num-steps", str(10**9), "--total-timesteps", str(8 * 10**9), "--torch-threads", "1"]
     result = run_script("ppo_atari_envpool.py", *flags, "--runs-dir", str(tmp_path))
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
@@ -273,6 +273,10 @@ def test_a_batch_that_does_not_fit_in_memory_ends_the_run_with_one_line(tmp_path
         (cuda, "out of GPU memory (tried to allocate 20.00 GiB)"),
         (numpy, "out of host memory (tried to allocate 29.8 GiB)"),
         (MemoryError("std::bad_alloc"), "out of host memory (std::bad_alloc)"),  # EnvPool's, e.g. --num-envs 100000
+        (
+            RuntimeError("Failed to allocate 4294967296 bytes on device 'cuda:0'"),
+            "out of GPU memory (tried to allocate 4.0 GiB)",
+        ),
         (MemoryError(), "out of host memory (MemoryError)"),
     ):
         with pytest.raises(SystemExit) as exited:
