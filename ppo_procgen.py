@@ -843,12 +843,15 @@ def stop_on_write_error(error: OSError) -> None:  # Copied from ppo_atari_envpoo
 def stop_if_out_of_memory(error: Exception) -> None:  # Copied from ppo_atari_envpool.stop_if_out_of_memory
     """A failed allocation (on the GPU or the host) ends the run with one line, exit 1: the envs, the rollout or a
     minibatch's forward and backward pass do not fit. The last checkpoint stays; other errors pass through."""
-    words = re.search(r"(?i)to allocate ([\d.]+) (\w+)", str(error))  # torch's, numpy's, Warp's; EnvPool's: bad_alloc
-    if words or isinstance(error, MemoryError):
-        size = words and (f"{float(words[1]) / 2**30:,.1f} GiB" if words[2] == "bytes" else f"{words[1]} {words[2]}")
-        asked = f"tried to allocate {size}" if size else str(error) or type(error).__name__
-        where = "GPU" if isinstance(error, torch.OutOfMemoryError) or "device 'cuda" in str(error) else "host"  # Warp's
-        fail(f"out of {where} memory ({asked}): try a smaller batch or minibatch", status=1)
+    if words := re.search(r"(?i)to allocate ([\d.]+) (\w+)", str(error)):  # torch's, numpy's and Warp's messages
+        size = f"{float(words[1]) / 2**30:,.1f} GiB" if words[2] == "bytes" else f"{words[1]} {words[2]}"
+        reason = f"tried to allocate {size}"
+    elif isinstance(error, MemoryError):  # EnvPool's: std::bad_alloc
+        reason = str(error) or "MemoryError"
+    else:
+        return
+    where = "GPU" if isinstance(error, torch.OutOfMemoryError) or "device 'cuda" in str(error) else "host"  # Warp's
+    fail(f"out of {where} memory ({reason}): try a smaller batch or minibatch", status=1)
 
 
 def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_atari_envpool.restore_checkpoint
