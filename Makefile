@@ -3,10 +3,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt constraints.txt | cksum | cut -d' ' -f1)
 DEMO_DIR := demo_runs
 
-.PHONY: setup system-packages demo test lint format fix-copies bench clean
+.PHONY: setup system-packages demo test lint format fix-copies bench constraints clean
 
 setup: $(STAMP) system-packages
 
@@ -21,14 +21,23 @@ system-packages:
 			|| { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libqt5gui5 > /dev/null; } \
 			|| { echo "could not install libqt5gui5: install the Qt 5 runtime by hand (e.g. dnf install qt5-qtbase)"; exit 1; }; }
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch alone first, from its exact pin, so that nothing else chooses its build
-	$(PY) -m pip install --quiet "$$(grep '^torch==' requirements.txt)"
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -c constraints.txt "$$(grep '^torch==' requirements.txt)"
+	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+# Pin again every package that requirements.txt pulls in (after changing it): a fresh install in a scratch venv, frozen.
+constraints:
+	rm -rf $(VENV)-constraints && $(PYTHON) -m venv $(VENV)-constraints
+	$(VENV)-constraints/bin/pip install --quiet "$$(grep '^torch==' requirements.txt)"
+	$(VENV)-constraints/bin/pip install --quiet -r requirements.txt
+	{ grep '^#' constraints.txt; $(VENV)-constraints/bin/pip freeze | grep -v '^torch=='; } > constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt
+	rm -rf $(VENV)-constraints
 
 # A short PPO Breakout run on the CPU (about a minute on 2 cores): TensorBoard logs
 # under demo_runs/ and a PNG of the learning curve.
