@@ -781,19 +781,13 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
     """Also with a schedule and a DDR target: each phase's envs split over the processes, and the adapted clip epsilon
     (from the KL averaged over the processes) stays the same everywhere, as the identical weights show."""
     flags = [*with_schedule(TORCHRUN_FLAGS, "0:4x16,0.5:8x8"), "--target-ddr", "1000"]
-    single = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path / "single"))
-    assert single.returncode == 0, single.stderr
     embeddings = ["--save-embeddings", "--embeddings-per-iteration", "1000", "--metrics-batch", "25"]  # all it samples
     result = run_torchrun(SCRIPT, 2, *flags, "--runs-dir", str(tmp_path / "two"), "--save-model", *embeddings)
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
     done = json.load(open(os.path.join(run_dir, "done.json")))
-    assert (
-        done
-        == json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json")))
-        == {"global_step": 512, "iterations": 8}
-    )
+    assert done == {"global_step": 512, "iterations": 8}  # one process's count: 4 x 64 steps in each phase
     scalars = read_scalars(run_dir)
     assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
     assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 9)]

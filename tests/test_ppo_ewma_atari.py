@@ -369,15 +369,12 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
 
 
 def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
-    single = run_script(SCRIPT, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "single"))
-    assert single.returncode == 0, single.stderr
     result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "two"), "--save-model")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout  # the agent's and the proximal network's
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
     done = json.load(open(os.path.join(run_dir, "done.json")))
-    single_done = json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json")))
-    assert done == single_done == {"global_step": 512, "iterations": 8}
+    assert done == {"global_step": 512, "iterations": 8}  # one process's count of these flags
     scalars = read_scalars(run_dir)
     expected = PPO_TAGS | {"metrics/kl_prox"}
     assert expected <= set(scalars), expected - set(scalars)

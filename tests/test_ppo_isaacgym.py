@@ -675,15 +675,12 @@ def test_two_processes_update_the_normalisers_like_one_process_on_all_their_data
 
 
 def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
-    single = run_script(SCRIPT, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "single"))
-    assert single.returncode == 0, single.stderr
     result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "two"), "--save-model")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout  # and the normalisers' statistics
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
     done = json.load(open(os.path.join(run_dir, "done.json")))
-    single_done = json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json")))
-    assert done == single_done == {"global_step": 640, "iterations": 10}
+    assert done == {"global_step": 640, "iterations": 10}  # one process's count of these flags
     scalars = read_scalars(run_dir)
     assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
     assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 11)]

@@ -312,21 +312,21 @@ def assert_planted_statistics_continued(stats: dict, resumed_steps: int) -> None
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     flags = [*TINY, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "2560"
+    flags[flags.index("--total-timesteps") + 1] = "1280"  # 10 iterations
     interrupt_with_sigterm(SCRIPT, flags)
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
-    assert 1 <= interrupted["iteration"] < 20 and interrupted["global_step"] == 128 * interrupted["iteration"]
+    assert 1 <= interrupted["iteration"] < 10 and interrupted["global_step"] == 128 * interrupted["iteration"]
     plant_statistics(checkpoint_path, "return_rms")
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     final = torch.load(checkpoint_path, weights_only=True)
-    assert final["iteration"] == 20 and final["global_step"] == 2560
+    assert final["iteration"] == 10 and final["global_step"] == 1280
     # the statistics continued from the checkpoint's, not restarted: TINY's 4 envs x 32 steps per resumed iteration
-    assert_planted_statistics_continued(final["return_rms"], 4 * 32 * (20 - interrupted["iteration"]))
+    assert_planted_statistics_continued(final["return_rms"], 4 * 32 * (10 - interrupted["iteration"]))
     steps = [step for step, _ in read_scalars(only_run_dir(tmp_path))["charts/SPS"]]
-    assert steps == [128 * i for i in range(1, 21)]  # one run directory, no gap, no repeat
+    assert steps == [128 * i for i in range(1, 11)]  # one run directory, no gap, no repeat
 
 
 BAD_FLAGS = [
@@ -506,15 +506,12 @@ def test_envpool_seeds_env_i_with_the_i_th_draw_so_processes_split_one_process_e
 
 
 def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
-    single = run_script(SCRIPT, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "single"))
-    assert single.returncode == 0, single.stderr
     result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "two"), "--save-model")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout  # the reward statistics included
     run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
     done = json.load(open(os.path.join(run_dir, "done.json")))
-    single_done = json.load(open(os.path.join(only_run_dir(tmp_path / "single"), "done.json")))
-    assert done == single_done == {"global_step": 1024, "iterations": 8}
+    assert done == {"global_step": 1024, "iterations": 8}  # one process's count of TINY (the tiny-run test)
     scalars = read_scalars(run_dir)
     expected = PPO_TAGS | {"charts/normalized_return"}
     assert expected <= set(scalars), expected - set(scalars)
