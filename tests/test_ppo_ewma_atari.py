@@ -386,18 +386,18 @@ def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(
 
 def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
     flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "2560"  # 40 iterations
+    flags[flags.index("--total-timesteps") + 1] = "640"  # 10 iterations
     stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
     assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
     run_dir = only_run_dir(tmp_path)
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-    assert 1 <= checkpoint["iteration"] < 40 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
+    assert 1 <= checkpoint["iteration"] < 10 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
     assert set(checkpoint["proximal"]) == set(checkpoint["model"]) and checkpoint["ewma_weight_sum"] > 1.0
     result = run_torchrun(SCRIPT, 2, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
-    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 2560
-    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 41)]
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 640
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 11)]
 
 
 def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):

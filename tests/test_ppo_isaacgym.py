@@ -360,22 +360,20 @@ def assert_planted_statistics_continued(checkpoint: dict, num_envs: int, resumed
 
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
-    flags = [*TINY, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "6400"
-    interrupt_with_sigterm(SCRIPT, flags)
+    interrupt_with_sigterm(SCRIPT, [*TINY, "--runs-dir", str(tmp_path)])  # 10 iterations
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
-    assert 1 <= interrupted["iteration"] < 100 and interrupted["global_step"] == 64 * interrupted["iteration"]
+    assert 1 <= interrupted["iteration"] < 10 and interrupted["global_step"] == 64 * interrupted["iteration"]
     plant_statistics(checkpoint_path, "obs_rms", "return_rms")
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     final = torch.load(checkpoint_path, weights_only=True)
-    assert final["iteration"] == 100 and final["global_step"] == 6400
+    assert final["iteration"] == 10 and final["global_step"] == 640
     # the normalisers continued from the checkpoint's, not restarted: TINY's 4 envs x 16 steps per resumed iteration
-    assert_planted_statistics_continued(final, 4, 16 * (100 - interrupted["iteration"]))
+    assert_planted_statistics_continued(final, 4, 16 * (10 - interrupted["iteration"]))
     steps = [step for step, _ in read_scalars(only_run_dir(tmp_path))["charts/SPS"]]
-    assert steps == [64 * i for i in range(1, 101)]
+    assert steps == [64 * i for i in range(1, 11)]
 
 
 BAD_FLAGS = [
@@ -715,22 +713,21 @@ def test_torchrun_two_processes_on_mujoco_warp_keep_identical_weights(tmp_path):
 
 def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
     flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "3200"  # 50 iterations
-    stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
+    stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)  # 10 iterations
     assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
     run_dir = only_run_dir(tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
-    assert 1 <= interrupted["iteration"] < 50 and interrupted["global_step"] == 64 * interrupted["iteration"]
+    assert 1 <= interrupted["iteration"] < 10 and interrupted["global_step"] == 64 * interrupted["iteration"]
     plant_statistics(checkpoint_path, "obs_rms", "return_rms")
     result = run_torchrun(SCRIPT, 2, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
-    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 3200
-    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 51)]
+    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 640
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 11)]
     # both processes resumed the checkpoint's statistics and summed their 2 envs' moments: those of 4 envs, not 2 or 8
     final = torch.load(checkpoint_path, weights_only=True)
-    assert_planted_statistics_continued(final, 4, 16 * (50 - interrupted["iteration"]))
+    assert_planted_statistics_continued(final, 4, 16 * (10 - interrupted["iteration"]))
 
 
 def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):

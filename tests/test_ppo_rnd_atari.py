@@ -413,13 +413,13 @@ def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_eit
 
 def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
     flags = [*TINY_FLAGS, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
+    flags[flags.index("--total-timesteps") + 1] = "320"  # 10 iterations: long enough to interrupt
     interrupt_with_sigterm(SCRIPT, flags)  # once the first checkpoint.pt (after iteration 1) exists
     run_dir = only_run_dir(tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     interrupted_at = checkpoint["iteration"]
-    assert 1 <= interrupted_at < 40 and checkpoint["global_step"] == 32 * interrupted_at
+    assert 1 <= interrupted_at < 10 and checkpoint["global_step"] == 32 * interrupted_at
     assert checkpoint["warmup_steps"] == 16 and checkpoint["obs_rms"]["count"].item() > 0
 
     # Plant recognisable statistics: after the resume they must still be there, grown only by
@@ -438,14 +438,14 @@ def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
     assert "warm-up" not in result.stdout
     assert only_run_dir(tmp_path) == run_dir  # same run directory
     final = torch.load(checkpoint_path, weights_only=True)
-    assert final["iteration"] == 40 and final["global_step"] == 1280
-    resumed_frames = 32 * (40 - interrupted_at)
+    assert final["iteration"] == 10 and final["global_step"] == 320
+    resumed_frames = 32 * (10 - interrupted_at)
     obs_stats = final["obs_rms"]
     assert planted < obs_stats["count"].item() <= planted + resumed_frames
     assert abs(obs_stats["mean"].mean().item() - 100.0) < 1.0  # new frames weigh < 0.13 %
     assert planted < final["int_return_rms"]["count"].item() <= planted + resumed_frames
     steps = [step for step, _ in read_scalars(run_dir)["charts/SPS"]]
-    assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
+    assert steps == [32 * i for i in range(1, 11)]  # every iteration logged exactly once, up to the total
 
 
 def test_sigterm_during_the_warm_up_saves_without_collecting_a_rollout(tmp_path, monkeypatch):

@@ -258,24 +258,24 @@ def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_eit
 
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_ppo_flags):
     flags = [*with_schedule(tiny_ppo_flags, "0:2x16,0.5:4x8"), "--runs-dir", str(tmp_path)]  # 32 steps an iteration
-    flags[flags.index("--total-timesteps") + 1] = "1280"  # 40 iterations: long enough to interrupt
+    flags[flags.index("--total-timesteps") + 1] = "320"  # 10 iterations: long enough to interrupt
     interrupt_with_sigterm(SCRIPT, flags)
     run_dir = only_run_dir(tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     interrupted_at = checkpoint["iteration"]
-    assert 1 <= interrupted_at < 40 and checkpoint["global_step"] == 32 * interrupted_at
+    assert 1 <= interrupted_at < 10 and checkpoint["global_step"] == 32 * interrupted_at
 
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     assert only_run_dir(tmp_path) == run_dir  # same run directory
     final = torch.load(checkpoint_path, weights_only=True)
-    assert final["iteration"] == 40 and final["global_step"] == 1280
+    assert final["iteration"] == 10 and final["global_step"] == 320
     scalars = read_scalars(run_dir)
     steps = [step for step, _ in scalars["charts/SPS"]]
-    assert steps == [32 * i for i in range(1, 41)]  # every iteration logged exactly once, up to the total
+    assert steps == [32 * i for i in range(1, 11)]  # every iteration logged exactly once, up to the total
     assert [step for step, _ in scalars["losses/td_loss"]] == steps
-    assert scalars["charts/num_envs"] == [(step, 2 if step <= 640 else 4) for step in steps]  # resumed in its phase
+    assert scalars["charts/num_envs"] == [(step, 2 if step <= 160 else 4) for step in steps]  # resumed in its phase
 
 
 BAD_FLAGS = [
