@@ -577,7 +577,9 @@ def test_bad_flags_from_the_shell(tmp_path, flags):
 
 
 def test_minibatch_size_and_lr_scaling_derive_the_rest():
-    derive = lambda **flags: ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(runs_dir="/tmp", **flags))  # noqa: E731
+    def derive(**flags):
+        return ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(runs_dir="/tmp", **flags))
+
     args = derive(num_envs=32, num_steps=16, minibatch_size=64, lr_scaling="sqrt", anneal_lr=False)
     assert args.batch_size == 512 and ppo_atari_envpool.phase_at(args, 0) == (32, 16, 64)
     assert ppo_atari_envpool.learning_rate(args, 32, 5000) == pytest.approx(2.5e-4 * 2)  # k = 32 / 8 = 4
