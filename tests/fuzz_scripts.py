@@ -132,8 +132,12 @@ def signal_trial(script: str, runs: str, rng: random.Random) -> tuple[str | None
     process = subprocess.Popen(first, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     time.sleep(rng.uniform(0, 9))
     process.send_signal(signum)
-    stderr = process.communicate(timeout=300)[1]
     command = [*first, f"(then {signum.name})"]
+    try:
+        stderr = process.communicate(timeout=300)[1]
+    except subprocess.TimeoutExpired:  # a hang after the signal
+        process.kill()
+        return "no exit 300 s after the signal", command, process.communicate()[1][-800:], ""
     if process.returncode == -signum:  # before the script's handlers: Python's own end (a KeyboardInterrupt's too)
         return None, command, "", "killed during its imports"
     if process.returncode != 128 + signum:
