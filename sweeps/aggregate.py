@@ -8,10 +8,11 @@ Subcommands:
   report    the finished runs under a sweep directory (those with done.json; --unfinished
             adds the rest; one run per configuration, game and seed), grouped by configuration
             (the run's --exp-name, which the sweep scripts set) and game (--env-id). Writes
-            per-game learning curves (mean and 95 % CI over seeds), the IQM of final scores
-            with 95 % stratified bootstrap CIs (Agarwal et al. 2021, `rliable`), IQM curves
-            over training, metric curves (every metrics/ tag), final IQM against N_envs, final
-            score against the data-to-divergence ratio (DDR), and report.md with the numbers.
+            per-game learning curves (mean and 95 % CI over seeds), the median, IQM, mean and
+            optimality gap of final scores with 95 % stratified bootstrap CIs (Agarwal et al.
+            2021, `rliable`; a table and a figure), IQM curves over training, metric curves
+            (every metrics/ tag), final IQM against N_envs, final score against the
+            data-to-divergence ratio (DDR), and report.md with the numbers.
   coverage  state-space coverage (paper Fig. 2, 9; Appendix B.7): the embeddings.npz of
             runs made with --save-embeddings, projected to 2-D with UMAP (one projection per
             game, fitted on all its runs), rescaled to [0, 1]^2; Cvg = occupied cells of a
@@ -264,6 +265,22 @@ def iqm(scores: np.ndarray) -> float:
     return float(rliable_metrics.aggregate_iqm(scores))
 
 
+AGGREGATE_NAMES = ("median", "IQM", "mean", "optimality gap")
+
+
+def aggregate_metrics(scores: np.ndarray, normalised: bool) -> np.ndarray:
+    """rliable's four aggregates of a (runs, games) matrix of final scores, in AGGREGATE_NAMES' order: the median and the
+    mean over games of each game's mean over runs, the IQM over all runs x games, and, for normalised scores only, the
+    optimality gap: the mean shortfall below 1 (human level on Atari, the maximum on Procgen; a score above 1 counts as 1),
+    lower is better. Raw returns have no such level: three values."""
+    from rliable import metrics as rliable_metrics  # noqa: PLC0415
+
+    values = [rliable_metrics.aggregate_median(scores), iqm(scores), rliable_metrics.aggregate_mean(scores)]
+    if normalised:
+        values.append(rliable_metrics.aggregate_optimality_gap(scores, gamma=1.0))
+    return np.array(values, dtype=float)
+
+
 def interval_estimates(matrices: dict[str, np.ndarray], func, reps: int, seed: int = 0):
     """Point estimates and 95 % stratified bootstrap CIs (rliable), reproducible: each configuration's from the same
     seed, so that its CI does not depend on which configurations come before it."""
@@ -473,6 +490,26 @@ def plot_score_vs_envs(summary, label, out, pdf) -> None:
     save(figure, out, pdf)
 
 
+def plot_aggregate_metrics(summary, names, colors, label, out, pdf) -> None:
+    """rliable's interval-estimate figure: a panel per aggregate, a bar per configuration over its 95 % CI and a black
+    tick at the point estimate."""
+    figure, axes = pyplot().subplots(
+        1, len(names), figsize=(3 * len(names), 1.2 + 0.3 * len(summary)), sharey=True, squeeze=False, layout="constrained"
+    )
+    for axis, name, index in zip(axes[0], names, range(len(names)), strict=True):
+        for position, row in enumerate(summary):
+            low, high = row["aggregate_cis"][index]
+            axis.barh(position, high - low, left=low, height=0.6, color=colors[row["config"]], alpha=0.75)
+            axis.vlines(row["aggregates"][index], position - 0.3, position + 0.3, color="black")
+        axis.set_title(name)
+        axis.set_xlabel(label)
+        axis.grid(alpha=0.3, axis="x")
+    axes[0][0].set_yticks(range(len(summary)), [row["config"] for row in summary])
+    axes[0][0].invert_yaxis()  # the table's order, top to bottom
+    figure.suptitle("Final score aggregates (95 % stratified bootstrap CIs)")
+    save(figure, out, pdf)
+
+
 def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6.4, 4), layout="constrained")
@@ -545,7 +582,9 @@ def report(
     grid = np.linspace(0, max(run["total_steps"] for run in runs), points + 1)[1:]
 
     matrices, kept = score_matrices(groups, games, final_fraction)
-    estimates, intervals = interval_estimates(matrices, lambda scores: np.array([iqm(scores)]), reps)
+    normalised = label not in ("return", "score")  # one kind of normalised score: the optimality gap has a meaning
+    names = AGGREGATE_NAMES[: 4 if normalised else 3]
+    estimates, intervals = interval_estimates(matrices, lambda scores: aggregate_metrics(scores, normalised), reps)
     summary = []
     for config, matrix in matrices.items():
         flags = groups[config][games[0]][0]["args"]
@@ -559,8 +598,10 @@ def report(
                 "batch_size": flags["batch_size"],
                 "update_epochs": flags["update_epochs"],
                 "runs": matrix.shape[0],
-                "iqm": float(estimates[config][0]),
-                "ci": (float(intervals[config][0][0]), float(intervals[config][1][0])),
+                "iqm": float(estimates[config][1]),
+                "ci": (float(intervals[config][0][1]), float(intervals[config][1][1])),
+                "aggregates": estimates[config],
+                "aggregate_cis": intervals[config].T,  # (metric, low/high)
                 "mean": float(np.nanmean(matrix)),
                 "ddr": float(np.median(ddrs)) if ddrs else float("nan"),
                 "per_game": matrix.mean(axis=0),
@@ -579,6 +620,8 @@ def report(
     tags = plot_metric_curves(groups, grid, colors, os.path.join(out_dir, "metric_curves.png"), pdf)
     if summary:
         plot_score_vs_envs(summary, label, os.path.join(out_dir, "score_vs_num_envs.png"), pdf)
+    if summary:
+        plot_aggregate_metrics(summary, names, colors, label, os.path.join(out_dir, "aggregate_metrics.png"), pdf)
     has_ddr = plot_ddr(groups, final_fraction, colors, label, os.path.join(out_dir, "ddr_vs_score.png"), pdf)
 
     lines = [
@@ -602,6 +645,22 @@ def report(
         )
     lines += [
         "",
+        f"rliable's aggregates of the final {label}, each with a 95 % stratified bootstrap CI (median and mean over games of"
+        " each game's mean over seeds, IQM over runs x games"
+        + (", optimality gap: the mean shortfall below 1, lower is better" if normalised else "")
+        + "):",
+        "",
+        "| configuration | " + " | ".join(f"{name} [95 % CI]" for name in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for row in summary:
+        cells = [
+            f"{value:.3f} " + (f"[{low:.3f}, {high:.3f}]" if row["runs"] > 1 else "(1 run: no CI)")
+            for value, (low, high) in zip(row["aggregates"], row["aggregate_cis"], strict=True)
+        ]
+        lines.append(f"| {row['config']} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
         f"Mean final {label} per game (over seeds):",
         "",
         "| configuration | " + " | ".join(games) + " |",
@@ -609,7 +668,7 @@ def report(
     ]
     for row in summary:
         lines.append(f"| {row['config']} | " + " | ".join(f"{value:.3f}" for value in row["per_game"]) + " |")
-    figures = ["learning_curves.png", "iqm_curves.png", "score_vs_num_envs.png"]
+    figures = ["learning_curves.png", "iqm_curves.png", "aggregate_metrics.png", "score_vs_num_envs.png"]
     figures += ["metric_curves.png"] if tags else []
     figures += ["ddr_vs_score.png"] if has_ddr else []
     lines += ["", *[f"![{name}]({name})" for name in figures], ""]

@@ -422,13 +422,13 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
     )
     assert report.returncode == 0, report.stderr
     out = runs / "report"
-    for name in ("learning_curves", "iqm_curves", "metric_curves", "score_vs_num_envs", "ddr_vs_score"):
+    for name in ("learning_curves", "iqm_curves", "aggregate_metrics", "metric_curves", "score_vs_num_envs", "ddr_vs_score"):
         assert (out / f"{name}.png").stat().st_size > 10_000 and (out / f"{name}.pdf").exists(), name
-    rows = {}
+    rows, aggregates = {}, {}
     for line in (out / "report.md").read_text().splitlines():
         cells = [cell.strip() for cell in line.strip("|").split("|")]
-        if cells[0].startswith("ppo_envs") and len(cells) == 9:
-            rows[cells[0]] = cells
+        if cells[0].startswith("ppo_envs") and len(cells) in (9, 5):
+            (rows if len(cells) == 9 else aggregates)[cells[0]] = cells
     assert sorted(rows) == ["ppo_envs4_steps16", "ppo_envs8_steps8"]
     expected_shape = {"ppo_envs4_steps16": ["4", "16"], "ppo_envs8_steps8": ["8", "8"]}
     for config, cells in rows.items():
@@ -437,6 +437,11 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
         assert cells[1:6] == [*expected_shape[config], "64", "4", "2"]  # N_envs, N_RO, batch, epochs, seeds
         assert float(cells[6].split()[0]) == pytest.approx(trim_mean(scores, 0.25), abs=1e-3)  # the IQM
         assert float(cells[7]) == pytest.approx(np.mean(scores), abs=1e-3)
+        # rliable's table, one game: median and mean over games are the seeds' mean; the gap is 1 - mean(min(score, 1))
+        median, iqm, mean, gap = (float(cell.split()[0]) for cell in aggregates[config][1:])
+        assert median == mean == pytest.approx(np.mean(scores), abs=1e-3) and iqm == float(cells[6].split()[0])
+        assert gap == pytest.approx(1 - np.mean(np.minimum(scores, 1)), abs=1e-3)
+        assert aggregates[config][2].split(maxsplit=1)[1] == cells[6].split(maxsplit=1)[1]  # the same IQM CI
 
     # Re-run: finished runs are skipped; a run whose marker is gone resumes from its checkpoint.
     os.remove(os.path.join(run_dirs[0], "done.json"))
@@ -470,6 +475,22 @@ def test_iqm_is_the_mean_of_the_middle_half_and_its_bootstrap_ci_brackets_it():
     assert estimates["a"][0] == pytest.approx(4.0) and low < 4.0 < high < 60  # the outlier moves neither
     again = interval_estimates({"a": scores}, lambda x: np.array([iqm(x)]), reps=200)[1]["a"]
     assert np.array_equal(intervals["a"], again)  # seeded: a report can be regenerated exactly
+
+
+def test_rliable_aggregates_by_hand_and_the_iqm_ci_is_the_one_of_the_iqm_alone():
+    from sweeps.aggregate import aggregate_metrics, interval_estimates, iqm
+
+    # 4 runs x 3 games; game means 0.5, 1.5, 0.2: median 0.5, mean 2.2 / 3. Sorted, the 12 scores are
+    # 0 .1 .2 | .2 .4 .5 .6 .8 1 | 1 2 2: IQM 3.5 / 6. Clipped at 1 they sum to 2 + 4 + 0.8: the gap is 1 - 6.8 / 12.
+    scores = np.array([[0.2, 1.0, 0.0], [0.4, 2.0, 0.1], [0.6, 1.0, 0.2], [0.8, 2.0, 0.5]])
+    expected = [0.5, 3.5 / 6, 2.2 / 3, 1 - 6.8 / 12]
+    assert aggregate_metrics(scores, normalised=True) == pytest.approx(expected)
+    assert aggregate_metrics(scores, normalised=False) == pytest.approx(expected[:3])  # raw returns: no level to fall short of
+    estimates, intervals = interval_estimates({"a": scores}, lambda x: aggregate_metrics(x, True), reps=200)
+    assert estimates["a"] == pytest.approx(expected) and (intervals["a"][0] <= estimates["a"]).all()
+    assert (estimates["a"] <= intervals["a"][1]).all() and (intervals["a"][0] < intervals["a"][1]).all()
+    alone = interval_estimates({"a": scores}, lambda x: np.array([iqm(x)]), reps=200)[1]["a"]
+    assert np.array_equal(intervals["a"][:, 1:2], alone)  # the same resamples: the main table's IQM CI is unchanged
 
 
 def test_a_curve_ci_counts_the_runs_at_each_point_and_a_configurations_ci_ignores_the_others():
@@ -1004,8 +1025,11 @@ def test_report_table_mean_is_the_mean_of_the_final_scores(monkeypatch, tmp_path
     monkeypatch.setattr(aggregate, "load_runs", lambda *_: runs)
     monkeypatch.setattr(aggregate, "save", lambda *_: None)
     aggregate.report("sweep", str(tmp_path), 0.1, 10, 100, pdf=False, include_unfinished=False)
-    row = next(line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| ppo |"))
+    row, aggregates, _ = (line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| ppo |"))
     assert row.split(" | ")[-2] == "4.000"  # the mean column
+    # rliable's table for raw returns: median, IQM, mean of one game's 1, 2, 9 (the median over games of its mean: 4); no gap
+    assert [cell.split()[0] for cell in aggregates.strip("| ").split(" | ")[1:]] == ["4.000", "4.000", "4.000"]
+    assert "median [95 % CI] | IQM [95 % CI] | mean [95 % CI] |\n" in (tmp_path / "report.md").read_text()
 
 
 def test_launcher_rejects_a_commands_file_that_is_missing_or_a_directory(tmp_path):
