@@ -10,9 +10,9 @@ Subcommands:
             (the run's --exp-name, which the sweep scripts set) and game (--env-id). Writes
             per-game learning curves (mean and 95 % CI over seeds), the median, IQM, mean and
             optimality gap of final scores with 95 % stratified bootstrap CIs (Agarwal et al.
-            2021, `rliable`; a table and a figure), IQM curves over training, metric curves
-            (every metrics/ tag), final IQM against N_envs, final score against the
-            data-to-divergence ratio (DDR), and report.md with the numbers.
+            2021, `rliable`; a table and a figure), performance profiles, IQM curves over
+            training, metric curves (every metrics/ tag), final IQM against N_envs, final score
+            against the data-to-divergence ratio (DDR), and report.md with the numbers.
   coverage  state-space coverage (paper Fig. 2, 9; Appendix B.7): the embeddings.npz of
             runs made with --save-embeddings, projected to 2-D with UMAP (one projection per
             game, fitted on all its runs), rescaled to [0, 1]^2; Cvg = occupied cells of a
@@ -281,6 +281,11 @@ def aggregate_metrics(scores: np.ndarray, normalised: bool) -> np.ndarray:
     return np.array(values, dtype=float)
 
 
+def score_distribution(scores: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """rliable's performance profile: the fraction of all runs x games whose final score is above each threshold."""
+    return (scores[..., None] > thresholds).mean(axis=(0, 1))
+
+
 def interval_estimates(matrices: dict[str, np.ndarray], func, reps: int, seed: int = 0):
     """Point estimates and 95 % stratified bootstrap CIs (rliable), reproducible: each configuration's from the same
     seed, so that its CI does not depend on which configurations come before it."""
@@ -510,6 +515,23 @@ def plot_aggregate_metrics(summary, names, colors, label, out, pdf) -> None:
     save(figure, out, pdf)
 
 
+def plot_performance_profiles(matrices, colors, label, reps, out, pdf) -> None:
+    """Score distributions (Agarwal et al. 2021, Fig. 5): a line per configuration with its 95 % bootstrap band."""
+    highest = max(float(matrix.max()) for matrix in matrices.values())
+    thresholds = np.linspace(min(0.0, *(float(matrix.min()) for matrix in matrices.values())), highest, 101)
+    profiles, intervals = interval_estimates(matrices, lambda scores: score_distribution(scores, thresholds), reps)
+    figure, axis = pyplot().subplots(figsize=(6.4, 4), layout="constrained")
+    for config in matrices:
+        axis.plot(thresholds, profiles[config], color=colors[config], label=config)
+        axis.fill_between(thresholds, intervals[config][0], intervals[config][1], color=colors[config], alpha=0.2)
+    axis.set_xlabel(f"final {label} (tau)")
+    axis.set_ylabel("fraction of runs with score > tau")
+    axis.set_title("Performance profiles (95 % stratified bootstrap CIs)")
+    axis.grid(alpha=0.3)
+    legend_below(figure, [axis])
+    save(figure, out, pdf)
+
+
 def plot_ddr(groups, final_fraction, colors, label, out, pdf) -> bool:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(6.4, 4), layout="constrained")
@@ -622,6 +644,9 @@ def report(
         plot_score_vs_envs(summary, label, os.path.join(out_dir, "score_vs_num_envs.png"), pdf)
     if summary:
         plot_aggregate_metrics(summary, names, colors, label, os.path.join(out_dir, "aggregate_metrics.png"), pdf)
+    has_profiles = bool(summary) and (normalised or len(games) == 1)  # raw returns of several games share no scale
+    if has_profiles:
+        plot_performance_profiles(matrices, colors, label, reps, os.path.join(out_dir, "performance_profiles.png"), pdf)
     has_ddr = plot_ddr(groups, final_fraction, colors, label, os.path.join(out_dir, "ddr_vs_score.png"), pdf)
 
     lines = [
@@ -669,6 +694,7 @@ def report(
     for row in summary:
         lines.append(f"| {row['config']} | " + " | ".join(f"{value:.3f}" for value in row["per_game"]) + " |")
     figures = ["learning_curves.png", "iqm_curves.png", "aggregate_metrics.png", "score_vs_num_envs.png"]
+    figures += ["performance_profiles.png"] if has_profiles else []
     figures += ["metric_curves.png"] if tags else []
     figures += ["ddr_vs_score.png"] if has_ddr else []
     lines += ["", *[f"![{name}]({name})" for name in figures], ""]

@@ -422,7 +422,8 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
     )
     assert report.returncode == 0, report.stderr
     out = runs / "report"
-    for name in ("learning_curves", "iqm_curves", "aggregate_metrics", "metric_curves", "score_vs_num_envs", "ddr_vs_score"):
+    figures = ("learning_curves", "iqm_curves", "aggregate_metrics", "performance_profiles", "metric_curves", "ddr_vs_score")
+    for name in (*figures, "score_vs_num_envs"):
         assert (out / f"{name}.png").stat().st_size > 10_000 and (out / f"{name}.pdf").exists(), name
     rows, aggregates = {}, {}
     for line in (out / "report.md").read_text().splitlines():
@@ -478,7 +479,7 @@ def test_iqm_is_the_mean_of_the_middle_half_and_its_bootstrap_ci_brackets_it():
 
 
 def test_rliable_aggregates_by_hand_and_the_iqm_ci_is_the_one_of_the_iqm_alone():
-    from sweeps.aggregate import aggregate_metrics, interval_estimates, iqm
+    from sweeps.aggregate import aggregate_metrics, interval_estimates, iqm, score_distribution
 
     # 4 runs x 3 games; game means 0.5, 1.5, 0.2: median 0.5, mean 2.2 / 3. Sorted, the 12 scores are
     # 0 .1 .2 | .2 .4 .5 .6 .8 1 | 1 2 2: IQM 3.5 / 6. Clipped at 1 they sum to 2 + 4 + 0.8: the gap is 1 - 6.8 / 12.
@@ -491,6 +492,8 @@ def test_rliable_aggregates_by_hand_and_the_iqm_ci_is_the_one_of_the_iqm_alone()
     assert (estimates["a"] <= intervals["a"][1]).all() and (intervals["a"][0] < intervals["a"][1]).all()
     alone = interval_estimates({"a": scores}, lambda x: np.array([iqm(x)]), reps=200)[1]["a"]
     assert np.array_equal(intervals["a"][:, 1:2], alone)  # the same resamples: the main table's IQM CI is unchanged
+    # the performance profile: of the 12 scores, 12 are above -1, 11 above 0, 6 above 0.5, 2 above 1 (the 2s), none above 2
+    assert score_distribution(scores, np.array([-1, 0, 0.5, 1, 2])).tolist() == [1, 11 / 12, 6 / 12, 2 / 12, 0]
 
 
 def test_a_curve_ci_counts_the_runs_at_each_point_and_a_configurations_ci_ignores_the_others():
@@ -1024,12 +1027,18 @@ def test_report_table_mean_is_the_mean_of_the_final_scores(monkeypatch, tmp_path
         runs.append(run)
     monkeypatch.setattr(aggregate, "load_runs", lambda *_: runs)
     monkeypatch.setattr(aggregate, "save", lambda *_: None)
+    monkeypatch.setattr(aggregate, "DATA_NOTES", [])  # not the notes of the tests before it
     aggregate.report("sweep", str(tmp_path), 0.1, 10, 100, pdf=False, include_unfinished=False)
+    assert "## Data left out" not in (tmp_path / "report.md").read_text()
     row, aggregates, _ = (line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| ppo |"))
     assert row.split(" | ")[-2] == "4.000"  # the mean column
     # rliable's table for raw returns: median, IQM, mean of one game's 1, 2, 9 (the median over games of its mean: 4); no gap
     assert [cell.split()[0] for cell in aggregates.strip("| ").split(" | ")[1:]] == ["4.000", "4.000", "4.000"]
     assert "median [95 % CI] | IQM [95 % CI] | mean [95 % CI] |\n" in (tmp_path / "report.md").read_text()
+    assert "![performance_profiles.png]" in (tmp_path / "report.md").read_text()  # one game: one scale
+    runs += [run | {"env_id": "Walker2d-v4", "dir": run["dir"].replace("Hopper", "Walker2d")} for run in runs]
+    aggregate.report("sweep", str(tmp_path), 0.1, 10, 100, pdf=False, include_unfinished=False)
+    assert "performance_profiles" not in (tmp_path / "report.md").read_text()  # raw returns of two games: no shared scale
 
 
 def test_launcher_rejects_a_commands_file_that_is_missing_or_a_directory(tmp_path):
