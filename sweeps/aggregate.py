@@ -642,7 +642,6 @@ def report(
     tags = plot_metric_curves(groups, grid, colors, os.path.join(out_dir, "metric_curves.png"), pdf)
     if summary:
         plot_score_vs_envs(summary, label, os.path.join(out_dir, "score_vs_num_envs.png"), pdf)
-    if summary:
         plot_aggregate_metrics(summary, names, colors, label, os.path.join(out_dir, "aggregate_metrics.png"), pdf)
     has_profiles = bool(summary) and (normalised or len(games) == 1)  # raw returns of several games share no scale
     if has_profiles:
