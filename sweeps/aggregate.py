@@ -180,7 +180,7 @@ def final_score(run: dict, final_fraction: float) -> float:
         data_note(run["dir"], f"no episode ended in the last {final_fraction:.0%} of the steps: its last 10 episodes score")
         window = returns[-10:]
     elif len(window) == 0:
-        data_note(run["dir"], "no episode ended with a finite return: no final score (left out of the IQM and the mean)")
+        data_note(run["dir"], "no episode ended with a finite return: no final score (left out of the aggregate)")
     return float(normalise(run["env_id"], window)[0].mean()) if len(window) else float("nan")
 
 
@@ -252,7 +252,7 @@ def score_matrices(groups: dict, games: list[str], final_fraction: float) -> tup
             continue
         for game in games:
             for run, _ in scored[game][num_runs:]:
-                data_note(run["dir"], f"left out of the IQM: {config} has {num_runs} scored run(s) on another game")
+                data_note(run["dir"], f"left out of the aggregate: {config} has {num_runs} scored run(s) on another game")
         matrices[config] = np.array([[scored[game][i][1] for game in games] for i in range(num_runs)])
         kept[config] = {game: [run for run, _ in scored[game][:num_runs]] for game in games}
     return matrices, kept

@@ -71,7 +71,7 @@ def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(
         f"{without_events}: no TensorBoard event file",
         f"{early_only}: no episode ended in the last 10% of the steps: its last 10 episodes score",
         f"{damaged}: no episode ended in the last 10% of the steps",  # the episodes after the cut are lost
-        f"{without_events}: no episode ended with a finite return: no final score (left out of the IQM and the mean)",
+        f"{without_events}: no episode ended with a finite return: no final score (left out of the aggregate)",
         f"{broken}: args.json unreadable (JSONDecodeError: ",
     ]
     for fragment in expected:
