@@ -624,7 +624,7 @@ def report(
                 "ci": (float(intervals[config][0][1]), float(intervals[config][1][1])),
                 "aggregates": estimates[config],
                 "aggregate_cis": intervals[config].T,  # (metric, low/high)
-                "mean": float(np.nanmean(matrix)),
+                "mean": float(estimates[config][2]),  # rliable's mean over games of the per-game means
                 "ddr": float(np.median(ddrs)) if ddrs else float("nan"),
                 "per_game": matrix.mean(axis=0),
             }
