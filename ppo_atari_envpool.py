@@ -136,7 +136,7 @@ class Args:
     save_model: bool = False
     """save the final model to runs/.../{exp_name}.cleanrl_model"""
     checkpoint_interval: int = 0
-    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
+    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT and as a --schedule phase ends)"""
     resume: str | None = None
     """path of a checkpoint.pt to continue from (its run's flags are used)"""
     # Speed: none of these changes what is learned, up to float rounding
@@ -537,7 +537,8 @@ def main() -> None:
             progress.set_postfix(episodic_return=np.mean(recent_returns), refresh=False)
         progress.update(global_step - progress.n)
         loop_state = {"iteration": iteration, "global_step": global_step, "clip_coef": clip_coef}
-        if args.checkpoint_interval and iteration % args.checkpoint_interval == 0:
+        # every K iterations, and as a --schedule phase ends: the next one's pool and batches may not fit in memory
+        if (args.checkpoint_interval and iteration % args.checkpoint_interval == 0) or phase_at(args, global_step) != phase:
             save_checkpoint(run_dir, args, loop_state, embeddings, **state)
 
     loop_state = {"iteration": iteration, "global_step": global_step, "clip_coef": clip_coef}

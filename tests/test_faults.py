@@ -257,14 +257,27 @@ def test_a_failed_write_names_the_file_removes_the_temporary_file_and_keeps_the_
     )
 
 
-def test_a_batch_that_does_not_fit_in_memory_ends_the_run_with_one_line(tmp_path, capsys):
-    """8 envs x 10**9 steps of frames (210,285 GiB: more than any host, and than x86-64's 128 TiB of address space) fail
-    torch's allocation; CUDA's, numpy's, Warp's and EnvPool's give the same line; another error passes through."""
-    flags = ["--num-steps", str(10**9), "--total-timesteps", str(8 * 10**9), "--torch-threads", "1"]
-    result = run_script("ppo_atari_envpool.py", *flags, "--runs-dir", str(tmp_path))
+# Two iterations of 2 x 16, then from step 64 a phase of 8 envs x 10**9 steps: its frames (210,285 GiB) are more than any
+# host holds, and than x86-64's 128 TiB of address space: torch's allocation fails in start_phase.
+TOO_BIG_PHASE = ["--schedule", "0:2x16,0.000000008:8x1000000000", "--total-timesteps", "8000000064", "--torch-threads", "1"]
+
+
+def test_a_phase_that_does_not_fit_in_memory_ends_the_run_with_one_line_after_a_checkpoint(tmp_path, capsys, monkeypatch):
+    """A --schedule phase too big for memory ends the run with one line, exit 1, and the checkpoint written as the phase
+    before it ended holds the work so far (resumable where more memory is free); CUDA's, numpy's, Warp's and EnvPool's errors
+    give the same line, another error passes through. PPO as a process, PPO-EWMA and PQN in-process."""
+    result = run_script("ppo_atari_envpool.py", *TOO_BIG_PHASE, "--runs-dir", str(tmp_path / "ppo"))
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == ["error: out of host memory (tried to allocate 210,285.2 GiB): try a smaller batch or minibatch"]
+    for script in ("ppo", "ppo_ewma_atari", "pqn_atari"):
+        if script != "ppo":
+            with pytest.raises(RuntimeError, match="allocate"):
+                run_main(monkeypatch, importlib.import_module(script), [*TOO_BIG_PHASE, "--runs-dir", str(tmp_path / script)])
+        run_dir = only_run_dir(tmp_path / script)
+        checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+        assert (checkpoint["iteration"], checkpoint["global_step"]) == (2, 64), script
+        assert not os.path.exists(os.path.join(run_dir, "done.json"))
     import ppo_atari_envpool
 
     cuda = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB")
