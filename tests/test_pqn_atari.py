@@ -15,6 +15,7 @@ from conftest import (
     interrupt_with_sigterm,
     only_run_dir,
     read_scalars,
+    run_main,
     run_script,
     tyro_error,
     usage_error,
@@ -216,12 +217,12 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     check_run_artifacts(run_dir, "pqn_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40)
 
 
-def test_seeded_runs_are_reproducible_and_a_schedule_changes_the_pool_at_each_phase(tmp_path, tiny_ppo_flags):
+def test_seeded_runs_are_reproducible_and_a_schedule_changes_the_pool_at_each_phase(monkeypatch, tmp_path, tiny_ppo_flags):
+    """Two seeded runs in one process: what the first leaves behind (torch's RNG, EnvPool) must not change the second."""
     logged = []
     flags = [*with_schedule(tiny_ppo_flags, "0:2x16,0.5:4x8"), "--seed", "3", "--lr-scaling", "linear"]
     for name in ("a", "b"):
-        result = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path / name))
-        assert result.returncode == 0, result.stderr
+        run_main(monkeypatch, pqn_atari, [*flags, "--runs-dir", str(tmp_path / name)])
         logged.append(read_scalars(only_run_dir(tmp_path / name)))
     for tag in ("losses/td_loss", "losses/q_values", "metrics/grad_kurtosis", "metrics/q_mean"):
         assert logged[0][tag] == logged[1][tag], tag
