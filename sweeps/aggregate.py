@@ -10,7 +10,8 @@ Subcommands:
             (the run's --exp-name, which the sweep scripts set) and game (--env-id). Writes
             per-game learning curves (mean and 95 % CI over seeds), the median, IQM, mean and
             optimality gap of final scores with 95 % stratified bootstrap CIs (Agarwal et al.
-            2021, `rliable`; a table and a figure), performance profiles, IQM curves over
+            2021, `rliable`; a table and a figure), performance profiles, with --baseline the
+            probability of improvement of each configuration over that one, IQM curves over
             training, metric curves (every metrics/ tag), final IQM against N_envs, final score
             against the data-to-divergence ratio (DDR), and report.md with the numbers.
   coverage  state-space coverage (paper Fig. 2, 9; Appendix B.7): the embeddings.npz of
@@ -286,9 +287,19 @@ def score_distribution(scores: np.ndarray, thresholds: np.ndarray) -> np.ndarray
     return (scores[..., None] > thresholds).mean(axis=(0, 1))
 
 
-def interval_estimates(matrices: dict[str, np.ndarray], func, reps: int, seed: int = 0):
+def probability_of_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
+    """rliable's P(X > Y) of two (runs, games) matrices of final scores (the run counts may differ): per game, the
+    probability that a run of X drawn at random scores above one of Y (Mann-Whitney's U / (n_x n_y): a tie counts
+    half), averaged over games. Agarwal et al. 2021 read X as better when the CI's lower bound is above 0.5."""
+    from rliable import metrics as rliable_metrics  # noqa: PLC0415
+
+    return float(rliable_metrics.probability_of_improvement(scores_x, scores_y))
+
+
+def interval_estimates(matrices: dict[str, np.ndarray | tuple], func, reps: int, seed: int = 0):
     """Point estimates and 95 % stratified bootstrap CIs (rliable), reproducible: each configuration's from the same
-    seed, so that its CI does not depend on which configurations come before it."""
+    seed, so that its CI does not depend on which configurations come before it. A pair of matrices (X, Y) is
+    resampled independently, each within its games, for a statistic of two (`probability_of_improvement`)."""
     from rliable import library as rly  # noqa: PLC0415
 
     estimates, intervals = {}, {}
@@ -515,6 +526,23 @@ def plot_aggregate_metrics(summary, names, colors, label, out, pdf) -> None:
     save(figure, out, pdf)
 
 
+def plot_improvement(improvement, baseline, colors, out, pdf) -> None:
+    """rliable's probability-of-improvement figure: a bar per configuration over the 95 % CI of P(X > baseline), a black
+    tick at the point estimate, a dashed line at 0.5 (no better, no worse)."""
+    figure, axis = pyplot().subplots(figsize=(6, 1.5 + 0.3 * len(improvement)), layout="constrained")
+    for position, (config, (estimate, (low, high))) in enumerate(improvement.items()):
+        axis.barh(position, high - low, left=low, height=0.6, color=colors[config], alpha=0.75)
+        axis.vlines(estimate, position - 0.3, position + 0.3, color="black")
+    axis.axvline(0.5, color="gray", linestyle="--")
+    axis.set_yticks(range(len(improvement)), list(improvement))
+    axis.invert_yaxis()
+    axis.set_xlim(0, 1)
+    axis.set_xlabel(f"P(X > {baseline})")
+    axis.set_title(f"Probability of improvement over\n{baseline} (95 % stratified bootstrap CIs)")
+    axis.grid(alpha=0.3, axis="x")
+    save(figure, out, pdf)
+
+
 def plot_performance_profiles(matrices, colors, label, reps, out, pdf) -> None:
     """Score distributions (Agarwal et al. 2021, Fig. 5): a line per configuration with its 95 % bootstrap band."""
     highest = max(float(matrix.max()) for matrix in matrices.values())
@@ -589,15 +617,25 @@ def usage_error(message: str, include_unfinished: bool) -> None:
 
 
 def report(
-    sweep_dir: str, out_dir: str, final_fraction: float, points: int, reps: int, pdf: bool, include_unfinished: bool
+    sweep_dir: str,
+    out_dir: str,
+    final_fraction: float,
+    points: int,
+    reps: int,
+    pdf: bool,
+    include_unfinished: bool,
+    baseline: str | None = None,
 ) -> None:
     runs = load_runs(sweep_dir, include_unfinished)
     if not runs:
         usage_error(f"no {'' if include_unfinished else 'finished '}run under {sweep_dir}", include_unfinished)
-    make_out_dir(out_dir)
     groups = group_runs(runs)
     configs = sorted(groups, key=numbers_as_numbers)
     groups = {config: groups[config] for config in configs}
+    if baseline is not None and baseline not in groups:
+        sys.stderr.write(f"error: --baseline {baseline!r}: no such configuration; the sweep's: {', '.join(configs)}\n")
+        sys.exit(2)
+    make_out_dir(out_dir)
     games = sorted({run["env_id"] for run in runs})
     label = score_label(games)
     colors = config_colors(configs)
@@ -647,6 +685,14 @@ def report(
     if has_profiles:
         plot_performance_profiles(matrices, colors, label, reps, os.path.join(out_dir, "performance_profiles.png"), pdf)
     has_ddr = plot_ddr(groups, final_fraction, colors, label, os.path.join(out_dir, "ddr_vs_score.png"), pdf)
+    improvement = {}  # {configuration: (P(X > baseline), (low, high))}
+    if baseline is not None and baseline not in matrices:
+        data_note(baseline, "--baseline is left out of the aggregate (above): no probability of improvement")
+    elif baseline is not None and len(matrices) > 1:
+        pairs = {config: (matrix, matrices[baseline]) for config, matrix in matrices.items() if config != baseline}
+        estimates, intervals = interval_estimates(pairs, probability_of_improvement, reps)
+        improvement = {config: (float(estimates[config]), np.ravel(intervals[config]).tolist()) for config in pairs}
+        plot_improvement(improvement, baseline, colors, os.path.join(out_dir, "probability_of_improvement.png"), pdf)
 
     lines = [
         f"# {os.path.basename(os.path.abspath(sweep_dir))}",
@@ -683,6 +729,17 @@ def report(
             for value, (low, high) in zip(row["aggregates"], row["aggregate_cis"], strict=True)
         ]
         lines.append(f"| {row['config']} | " + " | ".join(cells) + " |")
+    if improvement:
+        lines += [
+            "",
+            f"Probability of improvement over {baseline}, P(X > {baseline}) [95 % CI]: per game, the probability that a run "
+            f"of X scores above a run of {baseline} (a tie counts half), averaged over games; X is better when the whole CI "
+            "lies above 0.5 (Agarwal et al. 2021).",
+            "",
+            f"| configuration | P(X > {baseline}) [95 % CI] |",
+            "|---|---|",
+            *[f"| {config} | {p:.3f} [{low:.3f}, {high:.3f}] |" for config, (p, (low, high)) in improvement.items()],
+        ]
     lines += [
         "",
         f"Mean final {label} per game (over seeds):",
@@ -694,6 +751,7 @@ def report(
         lines.append(f"| {row['config']} | " + " | ".join(f"{value:.3f}" for value in row["per_game"]) + " |")
     figures = ["learning_curves.png", "iqm_curves.png", "aggregate_metrics.png", "score_vs_num_envs.png"]
     figures += ["performance_profiles.png"] if has_profiles else []
+    figures += ["probability_of_improvement.png"] if improvement else []
     figures += ["metric_curves.png"] if tags else []
     figures += ["ddr_vs_score.png"] if has_ddr else []
     lines += ["", *[f"![{name}]({name})" for name in figures], ""]
@@ -842,6 +900,9 @@ def main() -> None:
     )
     report_parser.add_argument("--points", type=int, default=20, help="points of the curves over training")
     report_parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples for the CIs")
+    report_parser.add_argument(
+        "--baseline", help="a configuration: also each other one's probability of improvement over it, P(X > baseline)"
+    )
     coverage_parser = commands.add_parser("coverage", help="UMAP state-space coverage of runs with embeddings")
     coverage_parser.add_argument("sweep_dir", help="folder of run directories made with --save-embeddings")
     coverage_parser.add_argument("--out", help="output folder (default: SWEEP_DIR/report)")
@@ -890,7 +951,7 @@ def main() -> None:
         bound("points", args.points, 2, 10**5)
         bound("reps", args.reps, 10, 10**6)
         out_dir = args.out or os.path.join(args.sweep_dir, "report")
-        report(args.sweep_dir, out_dir, args.final_fraction, args.points, args.reps, args.pdf, args.unfinished)
+        report(args.sweep_dir, out_dir, args.final_fraction, args.points, args.reps, args.pdf, args.unfinished, args.baseline)
     else:
         bound("grid", args.grid, 1, 10**5)  # grid**2 cells, counted in int64
         bound("points-per-run", args.points_per_run, 3, None)

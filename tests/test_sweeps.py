@@ -414,8 +414,9 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
     run_dirs = sorted(glob.glob(str(runs / "Breakout-v5__*")))
     assert len(run_dirs) == 4 and all(os.path.exists(os.path.join(d, "done.json")) for d in run_dirs)
 
+    baseline = ["--baseline", "ppo_envs4_steps16"]
     report = subprocess.run(
-        [sys.executable, AGGREGATE, "report", str(runs), "--reps", "200", "--pdf", "--final-fraction", "0.5"],
+        [sys.executable, AGGREGATE, "report", str(runs), "--reps", "200", "--pdf", "--final-fraction", "0.5", *baseline],
         capture_output=True,
         text=True,
         timeout=300,
@@ -423,7 +424,7 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
     assert report.returncode == 0, report.stderr
     out = runs / "report"
     figures = ("learning_curves", "iqm_curves", "aggregate_metrics", "performance_profiles", "metric_curves", "ddr_vs_score")
-    for name in (*figures, "score_vs_num_envs"):
+    for name in (*figures, "score_vs_num_envs", "probability_of_improvement"):
         assert (out / f"{name}.png").stat().st_size > 10_000 and (out / f"{name}.pdf").exists(), name
     rows, aggregates = {}, {}
     for line in (out / "report.md").read_text().splitlines():
@@ -443,6 +444,13 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
         assert median == mean == pytest.approx(np.mean(scores), abs=1e-3) and iqm == float(cells[6].split()[0])
         assert gap == pytest.approx(1 - np.mean(np.minimum(scores, 1)), abs=1e-3)
         assert aggregates[config][2].split(maxsplit=1)[1] == cells[6].split(maxsplit=1)[1]  # the same IQM CI
+    # --baseline: of the 2 x 2 pairs of seeds (one game), the share where the 8-env run scores higher, a tie counting half
+    scores = {c: [final_scores_from_events(d) for d in run_dirs if f"__{c}__" in d] for c in ("ppo_envs8_steps8", baseline[1])}
+    other, base = scores.values()
+    wins = sum((a > b) + 0.5 * (a == b) for a in other for b in base)
+    table = (out / "report.md").read_text().split("| configuration | P(X > ppo_envs4_steps16) [95 % CI] |\n|---|---|\n")[1]
+    (row,) = table.split("\n\n")[0].splitlines()
+    assert row.startswith("| ppo_envs8_steps8 | ") and float(row.split("|")[2].split()[0]) == wins / 4
 
     # Re-run: finished runs are skipped; a run whose marker is gone resumes from its checkpoint.
     os.remove(os.path.join(run_dirs[0], "done.json"))
@@ -494,6 +502,20 @@ def test_rliable_aggregates_by_hand_and_the_iqm_ci_is_the_one_of_the_iqm_alone()
     assert np.array_equal(intervals["a"][:, 1:2], alone)  # the same resamples: the main table's IQM CI is unchanged
     # the performance profile: of the 12 scores, 12 are above -1, 11 above 0, 6 above 0.5, 2 above 1 (the 2s), none above 2
     assert score_distribution(scores, np.array([-1, 0, 0.5, 1, 2])).tolist() == [1, 11 / 12, 6 / 12, 2 / 12, 0]
+
+
+def test_probability_of_improvement_by_hand_and_its_ci():
+    from sweeps.aggregate import interval_estimates, probability_of_improvement
+
+    # 2 runs of X against 3 of Y on 2 games. Game 1: 3 beats 1 and 2, 4 beats 1 and 2, neither beats 5: 4 of 6 pairs.
+    # Game 2: 1 beats no 2, 2 ties each 2 (half a win each): 1.5 of 6. P(X > Y) = (4/6 + 1.5/6) / 2; P(Y > X) the rest.
+    x, y = np.array([[3.0, 1.0], [4.0, 2.0]]), np.array([[1.0, 2.0], [2.0, 2.0], [5.0, 2.0]])
+    assert probability_of_improvement(x, y) == pytest.approx(5.5 / 12)
+    assert probability_of_improvement(y, x) == pytest.approx(6.5 / 12)
+    assert probability_of_improvement(x, x) == 0.5
+    estimates, intervals = interval_estimates({"x": (x, y)}, probability_of_improvement, reps=200)
+    (low, high), again = intervals["x"], interval_estimates({"x": (x, y)}, probability_of_improvement, reps=200)[1]["x"]
+    assert estimates["x"] == pytest.approx(5.5 / 12) and 0 <= low < 5.5 / 12 < high <= 1 and np.array_equal(again, (low, high))
 
 
 def test_a_curve_ci_counts_the_runs_at_each_point_and_a_configurations_ci_ignores_the_others():
@@ -594,6 +616,7 @@ def test_aggregate_bad_input_exits_2(tmp_path):
         (["report", "SWEEP", "--out", "/proc/x"], "error: --out /proc/x: cannot write there"),
         (["report", "SWEEP", "--points", str(10**20)], f"error: --points {10**20}: must be at least 2, at most 100000"),
         (["report", "SWEEP", "--reps", str(10**20)], f"error: --reps {10**20}: must be at least 10, at most 1000000"),
+        (["report", "SWEEP", "--baseline", "ppo2"], "error: --baseline 'ppo2': no such configuration; the sweep's: ppo"),
         (["curves", "RUN", "--smooth", str(10**20)], f"error: --smooth {10**20}: must be at least 1, at most 1000000"),
         (["curves", "RUN", "--out", "SWEEP"], "error: --out SWEEP.png: a folder, not a file"),  # SWEEP.png: a folder
         (["curves", "RUN", "--out", "/proc/x"], "error: --out /proc/x.png: cannot write there"),
@@ -623,6 +646,7 @@ def test_aggregate_refuses_bad_values_and_an_unwritable_out_in_one_line(tmp_path
     from sweeps import aggregate  # in-process: matplotlib and rliable imported once for every case
 
     assert usage_error(aggregate.main, monkeypatch, capsys, [AGGREGATE, *map(replace, arguments)]).startswith(replace(error))
+    assert not (tmp_path / "sweep" / "report").exists()  # refused before any output
 
 
 def test_aggregate_curves_prints_the_file_it_wrote(tmp_path):
@@ -1039,6 +1063,11 @@ def test_report_table_mean_is_the_mean_of_the_final_scores(monkeypatch, tmp_path
     runs += [run | {"env_id": "Walker2d-v4", "dir": run["dir"].replace("Hopper", "Walker2d")} for run in runs]
     aggregate.report("sweep", str(tmp_path), 0.1, 10, 100, pdf=False, include_unfinished=False)
     assert "performance_profiles" not in (tmp_path / "report.md").read_text()  # raw returns of two games: no shared scale
+    runs.append(runs[0] | {"config": "short", "dir": "/runs/Hopper-v4__short__1__100"})  # one game of two: left out
+    aggregate.report("sweep", str(tmp_path), 0.1, 10, 100, pdf=False, include_unfinished=False, baseline="short")
+    text = (tmp_path / "report.md").read_text()
+    assert "- short: --baseline is left out of the aggregate (above): no probability of improvement" in text
+    assert "Probability of improvement" not in text and "- short: no run on Walker2d-v4: left out of the aggregate" in text
 
 
 def test_launcher_rejects_a_commands_file_that_is_missing_or_a_directory(tmp_path):
