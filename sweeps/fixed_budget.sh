@@ -5,7 +5,7 @@
 #
 #   bash sweeps/fixed_budget.sh                                 # small CPU version
 #   SCALE=paper LAUNCHER=print bash sweeps/fixed_budget.sh      # the paper's commands
-#   .venv/bin/python sweeps/aggregate.py report runs/fixed_budget
+#   .venv/bin/python sweeps/aggregate.py report runs/fixed_budget --baseline ppo_envs8_steps128   # P(X > Table 1's)
 #
 # CPU default: GAMES=Breakout SEEDS="1 2" TOTAL_TIMESTEPS=20480 (10 runs of ~1.5 min on 2 cores).
 # Paper (SCALE=paper): GAMES = the Atari-10, SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=100000000

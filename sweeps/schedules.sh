@@ -8,7 +8,7 @@
 #
 #   bash sweeps/schedules.sh                                   # small CPU version
 #   SCALE=paper LAUNCHER=print bash sweeps/schedules.sh        # the long version's commands
-#   .venv/bin/python sweeps/aggregate.py report runs/schedules
+#   .venv/bin/python sweeps/aggregate.py report runs/schedules --baseline ppo_fixed_8x128     # P(X > no schedule)
 #
 # CPU default: GAMES=Breakout SEEDS="1 2" TOTAL_TIMESTEPS=20480 ALGOS=ppo (10 runs of ~1 min on 2 cores);
 #   RESULTS.md's demonstration: CONFIGS="fixed_8x128 grow" TOTAL_TIMESTEPS=500000 JOBS=2, then
