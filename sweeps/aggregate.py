@@ -290,10 +290,10 @@ def score_distribution(scores: np.ndarray, thresholds: np.ndarray) -> np.ndarray
 def probability_of_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
     """rliable's P(X > Y) of two (runs, games) matrices of final scores (the run counts may differ): per game, the
     probability that a run of X drawn at random scores above one of Y (Mann-Whitney's U / (n_x n_y): a tie counts
-    half), averaged over games. Agarwal et al. 2021 read X as better when the CI's lower bound is above 0.5."""
-    from rliable import metrics as rliable_metrics  # noqa: PLC0415
-
-    return float(rliable_metrics.probability_of_improvement(scores_x, scores_y))
+    half), averaged over games. Agarwal et al. 2021 read X as better when the CI's lower bound is above 0.5. Every pair
+    compared at once, in numpy: rliable's own function (a scipy call per game) made the bootstrap about 20 times slower."""
+    pairs = scores_x[:, None, :] - scores_y[None, :, :]  # (runs of X, runs of Y, games)
+    return float(((pairs > 0) + 0.5 * (pairs == 0)).mean())
 
 
 def interval_estimates(matrices: dict[str, np.ndarray | tuple], func, reps: int, seed: int = 0):

@@ -513,9 +513,15 @@ def test_probability_of_improvement_by_hand_and_its_ci():
     assert probability_of_improvement(x, y) == pytest.approx(5.5 / 12)
     assert probability_of_improvement(y, x) == pytest.approx(6.5 / 12)
     assert probability_of_improvement(x, x) == 0.5
+    from rliable import metrics as rliable_metrics  # the reference: scipy's Mann-Whitney U per game
+
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 4, (5, 3)).astype(float), rng.integers(0, 4, (4, 3)).astype(float)  # ties in every game
+    assert probability_of_improvement(x, y) == pytest.approx(rliable_metrics.probability_of_improvement(x, y))
     estimates, intervals = interval_estimates({"x": (x, y)}, probability_of_improvement, reps=200)
     (low, high), again = intervals["x"], interval_estimates({"x": (x, y)}, probability_of_improvement, reps=200)[1]["x"]
-    assert estimates["x"] == pytest.approx(5.5 / 12) and 0 <= low < 5.5 / 12 < high <= 1 and np.array_equal(again, (low, high))
+    expected = probability_of_improvement(x, y)
+    assert estimates["x"] == expected and 0 <= low < expected < high <= 1 and np.array_equal(again, (low, high))
 
 
 def test_a_curve_ci_counts_the_runs_at_each_point_and_a_configurations_ci_ignores_the_others():
