@@ -380,6 +380,23 @@ def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_eit
     check_bf16(monkeypatch, tmp_path, ppo_atari_envpool, flags, tags)
 
 
+def test_the_checkpoint_of_a_phase_end_resumes_the_next_phase_as_the_run_went_on(monkeypatch, tmp_path, tiny_ppo_flags):
+    """A --schedule run saves as each phase ends (a larger phase may not fit in memory). Resumed from that checkpoint,
+    the next phase trains exactly as the uninterrupted run did: the same env seed for its new pool, torch's RNG restored.
+    4 iterations of 2 x 16, then 2 of 4 x 16; the finished run keeps the checkpoint of step 128."""
+    flags = [*with_schedule(tiny_ppo_flags, "0:2x16,0.5:4x16"), "--seed", "3"]
+    run_main(monkeypatch, ppo_atari_envpool, [*flags, "--runs-dir", str(tmp_path / "a")])
+    run_dir, resumed = only_run_dir(tmp_path / "a"), tmp_path / "b"
+    resumed.mkdir()
+    for name in ("checkpoint.pt", "args.json"):
+        (resumed / name).write_bytes(open(os.path.join(run_dir, name), "rb").read())
+    assert torch.load(resumed / "checkpoint.pt", weights_only=True)["global_step"] == 128
+    run_main(monkeypatch, ppo_atari_envpool, ["--resume", str(resumed / "checkpoint.pt")])
+    uninterrupted, again = read_scalars(run_dir), read_scalars(str(resumed))
+    for tag in ("losses/policy_loss", "losses/value_loss", "losses/approx_kl", "metrics/grad_kurtosis"):
+        assert [point for point in uninterrupted[tag] if point[0] > 128] == again[tag], tag
+
+
 def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_with_a_ddr_target(tmp_path, tiny_ppo_flags):
     """Two phases with different batches (2 x 16, then 4 x 16 from a quarter of 1280 steps) and a DDR target far under
     the tiny run's DDR: interrupted and resumed, every iteration logs its phase's sizes once, the clip epsilon only
