@@ -901,7 +901,7 @@ def main() -> None:
     report_parser.add_argument("--points", type=int, default=20, help="points of the curves over training")
     report_parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples for the CIs")
     report_parser.add_argument(
-        "--baseline", help="a configuration: also each other one's probability of improvement over it, P(X > baseline)"
+        "--baseline", metavar="CONFIG", help="also each other configuration's probability of improvement over CONFIG"
     )
     coverage_parser = commands.add_parser("coverage", help="UMAP state-space coverage of runs with embeddings")
     coverage_parser.add_argument("sweep_dir", help="folder of run directories made with --save-embeddings")
