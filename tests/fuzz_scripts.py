@@ -3,10 +3,13 @@
     .venv/bin/python tests/fuzz_scripts.py flags --runs 400    # 1-3 flags at a time set to random (often bad) values
     .venv/bin/python tests/fuzz_scripts.py resume --runs 150   # a run's done.json removed, then --resume with random flags
     .venv/bin/python tests/fuzz_scripts.py signal --runs 100   # SIGTERM or SIGINT at a random moment, then --resume
+    .venv/bin/python tests/fuzz_scripts.py flags --nproc 2 --workers 1 --runs 40   # each run as 2 torchrun processes
 
 Every outcome must be exit 0; exit 1 or 2 with one `error:` line (or tyro's own panel for a flag it cannot parse); or,
 for a signal, death by it before the script's handlers exist, else exit 128 + signal after which `--resume` finishes
 the run. Never a Python traceback otherwise. Each failure is printed with its command; exit status 1 if any.
+Under torchrun (--nproc), torchrun's own exit status (1 when a process failed) and its own traceback are allowed;
+none of a project file, and every process that fails says the same one line.
 """
 
 import argparse
@@ -15,6 +18,7 @@ import glob
 import importlib
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -81,6 +85,14 @@ def random_flags(script: str, rng: random.Random) -> tuple[list[str], list[str]]
 
 def verdict(result: subprocess.CompletedProcess) -> str | None:
     """None for an accepted outcome, else what is wrong."""
+    if NPROC > 1:  # torchrun exits 1 and prints its own traceback when a process fails; each process's line is the same
+        if re.search(rf'File "{re.escape(ROOT)}/(?!\.venv/)[^"]+", line', result.stderr):  # torchrun's own is in .venv
+            return f"exit {result.returncode} with a traceback of the project's"
+        lines = [re.sub(r"^\[rank\d+\]:", "", line) for line in result.stderr.splitlines()]
+        errors, tyro = {line for line in lines if line.startswith("error: ")}, any(line.startswith("╭") for line in lines)
+        if result.returncode not in (0, 1) or (result.returncode == 1 and len(errors) != 1 and not tyro):
+            return f"exit {result.returncode}, {len(errors)} different error lines"
+        return None
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     if "Traceback" in result.stderr or result.returncode not in (0, 1, 2):
         return f"exit {result.returncode}" + (" with a traceback" if "Traceback" in result.stderr else "")
@@ -89,8 +101,12 @@ def verdict(result: subprocess.CompletedProcess) -> str | None:
     return None if result.returncode == 0 or len(errors) == 1 or tyro else "not one error line"
 
 
+NPROC = 1  # --nproc: processes of each run (torchrun's) in every mode
+
+
 def python(script: str, *flags: str) -> list[str]:
-    return [sys.executable, os.path.join(ROOT, script), "--no-cuda", *flags]
+    torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={NPROC}"] if NPROC > 1 else []
+    return [sys.executable, *torchrun, os.path.join(ROOT, script), "--no-cuda", *flags]
 
 
 ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
@@ -161,7 +177,14 @@ def main() -> None:
     parser.add_argument("--scripts", nargs="+", default=list(TINY), choices=list(TINY))
     parser.add_argument("--workers", type=int, default=2, help="trials at once (one torch thread each)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--nproc", type=int, default=1, help="run each script as this many torchrun processes")
     args = parser.parse_args()
+    if args.nproc > 1 and args.mode == "signal":  # a signal to torchrun itself ends in its own traceback (documented)
+        parser.error("--nproc: the flags and resume modes only")
+    global NPROC  # noqa: PLW0603 - set once, before any trial
+    NPROC = args.nproc
+    if NPROC > 1 and args.mode == "resume":  # PQN and PPO+RND refuse torchrun in one line: no run to resume
+        args.scripts = [script for script in args.scripts if script not in ("pqn_atari.py", "ppo_rnd_atari.py")]
     scripts = random.Random(args.seed).choices(args.scripts, k=args.runs)
 
     def one(index: int) -> str:  # trial i draws from its own generator: a seed repeats the same trials
