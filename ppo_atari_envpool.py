@@ -43,6 +43,7 @@ import metrics
 # Set by torchrun in each of its processes; a plain run is process 0 of 1.
 RANK, LOCAL_RANK = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
 WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
+RUN_DIR = ""  # process 0's run directory, once start_run has opened it
 
 
 @dataclass
@@ -685,6 +686,7 @@ def start_run(args: Args, checkpoint: dict | None):
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
+    global RUN_DIR  # noqa: PLW0603 - for the out-of-memory line, which __main__ writes
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
     gpu = args.cuda and torch.cuda.is_available()
     # On a GPU torch's host work is copies, after which its OpenMP threads spin on EnvPool's cores: one (host_threads.py)
@@ -721,6 +723,7 @@ def start_run(args: Args, checkpoint: dict | None):
         flags["device"] = torch.cuda.get_device_name(LOCAL_RANK) if gpu else "cpu"
         flags["processes"] = WORLD_SIZE  # a seed names another run at another process count: its own actions, minibatches
         write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
+    RUN_DIR = run_dir
     # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it). A
     # POSIX lock (lockf): it works over NFS, and this process may lock it again (tests run main() twice in-process)
     lock = os.open(os.path.join(run_dir, "lock"), os.O_WRONLY | os.O_CREAT, 0o644)
@@ -868,7 +871,9 @@ def stop_if_out_of_memory(error: Exception) -> None:
     else:
         return
     where = "GPU" if isinstance(error, torch.OutOfMemoryError) or "device 'cuda" in str(error) else "host"  # Warp's
-    fail(f"out of {where} memory ({reason}): try a smaller batch or minibatch", status=1)
+    checkpoint = os.path.join(RUN_DIR, "checkpoint.pt")  # e.g. a --schedule phase's, written as the phase before it ended
+    resume = f"; or --resume {checkpoint} with more memory free" if RUN_DIR and os.path.isfile(checkpoint) else ""
+    fail(f"out of {where} memory ({reason}): try a smaller batch or minibatch{resume}", status=1)
 
 
 def restore_checkpoint(checkpoint: dict, **modules) -> int:

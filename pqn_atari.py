@@ -44,6 +44,7 @@ import metrics
 
 # One process (validate_and_derive refuses torchrun); the copied plumbing reads these.
 RANK, LOCAL_RANK, WORLD_SIZE = 0, 0, 1
+RUN_DIR = ""  # the run directory, once start_run has opened it
 
 
 @dataclass
@@ -598,6 +599,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
+    global RUN_DIR  # noqa: PLW0603 - for the out-of-memory line, which __main__ writes
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
     gpu = args.cuda and torch.cuda.is_available()
     # On a GPU torch's host work is copies, after which its OpenMP threads spin on EnvPool's cores: one (host_threads.py)
@@ -634,6 +636,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
         flags["device"] = torch.cuda.get_device_name(LOCAL_RANK) if gpu else "cpu"
         flags["processes"] = WORLD_SIZE  # a seed names another run at another process count: its own actions, minibatches
         write_atomically(os.path.join(run_dir, "args.json"), json.dumps(flags, indent=2).encode())
+    RUN_DIR = run_dir
     # Held until this process exits, however it exits: a run trained by one process at a time (launch.sh skips it). A
     # POSIX lock (lockf): it works over NFS, and this process may lock it again (tests run main() twice in-process)
     lock = os.open(os.path.join(run_dir, "lock"), os.O_WRONLY | os.O_CREAT, 0o644)
@@ -750,7 +753,9 @@ def stop_if_out_of_memory(error: Exception) -> None:  # Copied from ppo_atari_en
     else:
         return
     where = "GPU" if isinstance(error, torch.OutOfMemoryError) or "device 'cuda" in str(error) else "host"  # Warp's
-    fail(f"out of {where} memory ({reason}): try a smaller batch or minibatch", status=1)
+    checkpoint = os.path.join(RUN_DIR, "checkpoint.pt")  # e.g. a --schedule phase's, written as the phase before it ended
+    resume = f"; or --resume {checkpoint} with more memory free" if RUN_DIR and os.path.isfile(checkpoint) else ""
+    fail(f"out of {where} memory ({reason}): try a smaller batch or minibatch{resume}", status=1)
 
 
 def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_atari_envpool.restore_checkpoint

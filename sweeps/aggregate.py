@@ -506,6 +506,13 @@ def plot_score_vs_envs(summary, label, out, pdf) -> None:
     save(figure, out, pdf)
 
 
+def interval_bar(axis, position: int, estimate: float, ci, color) -> None:
+    """rliable's interval estimate: a bar over the 95 % CI (none for a single run) and a black tick at the estimate."""
+    if ci is not None:
+        axis.barh(position, ci[1] - ci[0], left=ci[0], height=0.6, color=color, alpha=0.75)
+    axis.vlines(estimate, position - 0.3, position + 0.3, color="black")
+
+
 def plot_aggregate_metrics(summary, names, colors, label, out, pdf) -> None:
     """rliable's interval-estimate figure: a panel per aggregate, a bar per configuration over its 95 % CI and a black
     tick at the point estimate."""
@@ -514,9 +521,8 @@ def plot_aggregate_metrics(summary, names, colors, label, out, pdf) -> None:
     )
     for axis, name, index in zip(axes[0], names, range(len(names)), strict=True):
         for position, row in enumerate(summary):
-            low, high = row["aggregate_cis"][index]
-            axis.barh(position, high - low, left=low, height=0.6, color=colors[row["config"]], alpha=0.75)
-            axis.vlines(row["aggregates"][index], position - 0.3, position + 0.3, color="black")
+            ci = row["aggregate_cis"][index] if row["runs"] > 1 else None
+            interval_bar(axis, position, row["aggregates"][index], ci, colors[row["config"]])
         axis.set_title(name)
         axis.set_xlabel(label)
         axis.grid(alpha=0.3, axis="x")
@@ -530,9 +536,8 @@ def plot_improvement(improvement, baseline, colors, out, pdf) -> None:
     """rliable's probability-of-improvement figure: a bar per configuration over the 95 % CI of P(X > baseline), a black
     tick at the point estimate, a dashed line at 0.5 (no better, no worse)."""
     figure, axis = pyplot().subplots(figsize=(6, 1.5 + 0.3 * len(improvement)), layout="constrained")
-    for position, (config, (estimate, (low, high))) in enumerate(improvement.items()):
-        axis.barh(position, high - low, left=low, height=0.6, color=colors[config], alpha=0.75)
-        axis.vlines(estimate, position - 0.3, position + 0.3, color="black")
+    for position, (config, (estimate, ci)) in enumerate(improvement.items()):
+        interval_bar(axis, position, estimate, ci, colors[config])
     axis.axvline(0.5, color="gray", linestyle="--")
     axis.set_yticks(range(len(improvement)), list(improvement))
     axis.invert_yaxis()
@@ -685,13 +690,14 @@ def report(
     if has_profiles:
         plot_performance_profiles(matrices, colors, label, reps, os.path.join(out_dir, "performance_profiles.png"), pdf)
     has_ddr = plot_ddr(groups, final_fraction, colors, label, os.path.join(out_dir, "ddr_vs_score.png"), pdf)
-    improvement = {}  # {configuration: (P(X > baseline), (low, high))}
+    improvement = {}  # {configuration: (P(X > baseline), (low, high) or None for a single run)}
     if baseline is not None and baseline not in matrices:
         data_note(baseline, "--baseline is left out of the aggregate (above): no probability of improvement")
     elif baseline is not None and len(matrices) > 1:
         pairs = {config: (matrix, matrices[baseline]) for config, matrix in matrices.items() if config != baseline}
         estimates, intervals = interval_estimates(pairs, probability_of_improvement, reps)
-        improvement = {config: (float(estimates[config]), np.ravel(intervals[config]).tolist()) for config in pairs}
+        single = {config for config, (x, y) in pairs.items() if min(len(x), len(y)) == 1}  # a CI of 1 run is no CI
+        improvement = {c: (float(estimates[c]), None if c in single else np.ravel(intervals[c]).tolist()) for c in pairs}
         plot_improvement(improvement, baseline, colors, os.path.join(out_dir, "probability_of_improvement.png"), pdf)
 
     lines = [
@@ -738,7 +744,10 @@ def report(
             "",
             f"| configuration | P(X > {baseline}) [95 % CI] |",
             "|---|---|",
-            *[f"| {config} | {p:.3f} [{low:.3f}, {high:.3f}] |" for config, (p, (low, high)) in improvement.items()],
+            *[
+                f"| {config} | {p:.3f} {f'[{ci[0]:.3f}, {ci[1]:.3f}]' if ci else '(1 run: no CI)'} |"
+                for config, (p, ci) in improvement.items()
+            ],
         ]
     lines += [
         "",

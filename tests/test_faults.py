@@ -264,12 +264,17 @@ TOO_BIG_PHASE = ["--schedule", "0:2x16,0.000000008:8x1000000000", "--total-times
 
 def test_a_phase_that_does_not_fit_in_memory_ends_the_run_with_one_line_after_a_checkpoint(tmp_path, capsys, monkeypatch):
     """A --schedule phase too big for memory ends the run with one line, exit 1, and the checkpoint written as the phase
-    before it ended holds the work so far (resumable where more memory is free); CUDA's, numpy's, Warp's and EnvPool's errors
-    give the same line, another error passes through. PPO as a process, PPO-EWMA and PQN in-process."""
+    before it ended holds the work so far (the line names it: resumable where more memory is free); CUDA's, numpy's,
+    Warp's and EnvPool's errors give the same line, another error passes through. PPO as a process, PPO-EWMA and PQN
+    in-process."""
     result = run_script("ppo_atari_envpool.py", *TOO_BIG_PHASE, "--runs-dir", str(tmp_path / "ppo"))
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: out of host memory (tried to allocate 210,285.2 GiB): try a smaller batch or minibatch"]
+    checkpoint = os.path.join(only_run_dir(tmp_path / "ppo"), "checkpoint.pt")
+    assert errors == [
+        "error: out of host memory (tried to allocate 210,285.2 GiB): try a smaller batch or minibatch; "
+        f"or --resume {checkpoint} with more memory free"
+    ]
     for script in ("ppo_ewma_atari", "pqn_atari"):  # the error itself, before __main__ turns it into the line above
         with pytest.raises(RuntimeError, match="allocate"):
             run_main(monkeypatch, importlib.import_module(script), [*TOO_BIG_PHASE, "--runs-dir", str(tmp_path / script)])
@@ -280,6 +285,8 @@ def test_a_phase_that_does_not_fit_in_memory_ends_the_run_with_one_line_after_a_
         assert not os.path.exists(os.path.join(run_dir, "done.json"))
     import ppo_atari_envpool
 
+    os.remove(os.path.join(only_run_dir(tmp_path / "ppo_ewma_atari"), "checkpoint.pt"))  # a run without a checkpoint
+    monkeypatch.setattr(ppo_atari_envpool, "RUN_DIR", only_run_dir(tmp_path / "ppo_ewma_atari"))
     cuda = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB")
     numpy = MemoryError("Unable to allocate 29.8 GiB for an array with shape (1000000000, 8) and data type float32")
     for error, expected in (

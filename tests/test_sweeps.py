@@ -731,8 +731,9 @@ def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none
 ):
     """A NaN return or an inf DDR (a KL of 0) is a noted datum left out, not a run lost from the table or a curve cut
     short; a run's DDR is its median; a curve is a gap before a run's first episode and past its last step (it
-    repeated the nearest value); configurations sort as numbers; one seed has no CI; the N_envs plot joins the
-    fixed-budget sweep's lone points by batch; `curves --strict` fails when a run lacks the tag."""
+    repeated the nearest value); configurations sort as numbers; one seed has no CI (nor a bar), also against a
+    --baseline; the N_envs plot joins the fixed-budget sweep's lone points by batch; `curves --strict` fails when a run
+    lacks the tag."""
     from torch.utils.tensorboard import SummaryWriter
 
     from sweeps import aggregate
@@ -753,7 +754,8 @@ def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none
         flags |= {"batch_size": envs * steps, "update_epochs": 4, "planned_steps": budget}
         (run_dir / "args.json").write_text(json.dumps(flags))
         (run_dir / "done.json").write_text("{}")
-    aggregate.report(str(tmp_path), str(tmp_path / "report"), 0.1, 10, 100, pdf=False, include_unfinished=False)
+    out_dir, baseline = str(tmp_path / "report"), "ppo_envs128_steps8"
+    aggregate.report(str(tmp_path), out_dir, 0.1, 10, 100, pdf=False, include_unfinished=False, baseline=baseline)
     notes = capsys.readouterr().err
     for tag in ("charts/episodic_return", "metrics/ddr"):
         assert f"Pong-v5__ppo_envs8_steps128__1__100: 1 non-finite {tag} point(s) left out (first at step 5,000)" in notes
@@ -765,6 +767,11 @@ def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none
     ]
     assert table[0].endswith("| 1 | 0.870 (1 run: no CI) | 0.870 | 1e+04 |")  # Pong 10: (10 + 20.7) / (14.6 + 20.7)
     assert table[2].endswith("| 1e+04 |")  # the median DDR: the mean, 1.1e+08, is the last iteration's
+    improvement = (tmp_path / "report" / "report.md").read_text().split(f"P(X > {baseline}) [95 % CI] |\n|---|---|\n")[1]
+    assert improvement.splitlines()[:2] == [
+        "| ppo_envs8_steps128 | 0.500 (1 run: no CI) |",
+        "| ppo_envs16_steps64 | 0.500 (1 run: no CI) |",
+    ]
     runs = {run["config"]: run for run in aggregate.load_runs(str(tmp_path), include_unfinished=False)}
     grid = np.linspace(0, 10_000, 11)[1:]  # (0, 1000], (1000, 2000], ...
     assert (
@@ -781,6 +788,8 @@ def test_report_leaves_out_non_finite_points_draws_no_score_where_a_run_has_none
     curves = {"ppo_envs8_steps128": aggregate.score_curve(runs["ppo_envs8_steps128"], grid)[None, None]}
     aggregate.plot_iqm_curves(curves, grid, {"ppo_envs8_steps128": "C0"}, "human-normalised score", 100, "unused", False)
     assert figures[0].axes[0].get_ylabel() == "IQM human-normalised score"  # not the last line's name
+    aggregate.plot_improvement({"a": (0.5, None), "b": (0.7, [0.6, 0.8])}, "c", {"a": "C0", "b": "C1"}, "unused", False)
+    assert [(bar.get_x(), bar.get_width()) for bar in figures[1].axes[0].patches] == [(0.6, pytest.approx(0.2))]  # b's
     (tmp_path / "Pong-v5__other__1__100").mkdir()
     writer = SummaryWriter(str(tmp_path / "Pong-v5__other__1__100"))
     writer.add_scalar("charts/episodic_return", 1.0, 100)
