@@ -11,15 +11,17 @@ DEMO_DIR := demo_runs
 setup: $(STAMP) system-packages
 
 # EnvPool's Procgen (ppo_procgen.py) loads the Qt 5 runtime (libQt5Core/libQt5Gui) at run
-# time; Debian/Ubuntu package: libqt5gui5. Installed once, with sudo when not root.
-QT_LIBRARY ?= libQt5Gui.so.5
+# time, and MuJoCo renders ppo_isaacgym.py --capture-video without a display through EGL
+# (Mesa's on a CPU); Debian/Ubuntu packages: libqt5gui5, libegl1 (which libqt5gui5 pulls in
+# too). Installed once, with sudo when not root.
+SYSTEM_LIBRARIES ?= libQt5Gui.so.5 libEGL.so.1
 system-packages:
-	@ldconfig -p | grep -q '$(QT_LIBRARY)' || { \
-		echo "installing the Qt 5 runtime for EnvPool's Procgen (apt-get install -y libqt5gui5)"; \
+	@for library in $(SYSTEM_LIBRARIES); do ldconfig -p | grep -q "$$library" || missing=1; done; [ -z "$$missing" ] || { \
+		echo "installing the Qt 5 runtime for EnvPool's Procgen and EGL (apt-get install -y libqt5gui5 libegl1)"; \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$SUDO apt-get install -y -qq libqt5gui5 > /dev/null 2>&1 \
-			|| { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libqt5gui5 > /dev/null; } \
-			|| { echo "could not install libqt5gui5: install the Qt 5 runtime by hand (e.g. dnf install qt5-qtbase)"; exit 1; }; }
+		$$SUDO apt-get install -y -qq libqt5gui5 libegl1 > /dev/null 2>&1 \
+			|| { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libqt5gui5 libegl1 > /dev/null; } \
+			|| { echo "could not install libqt5gui5 libegl1: install Qt 5 and EGL by hand (e.g. dnf install qt5-qtbase mesa-libEGL)"; exit 1; }; }
 
 $(STAMP): requirements.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 
 import envpool
 import numpy as np
@@ -86,6 +87,33 @@ def warp_gpu_problem() -> str | None:
         f"--backend mjwarp: Warp {wp.config.version} cannot use the GPU that torch sees (CUDA driver: {driver}; warp-lang "
         "1.18 and newer need NVIDIA driver R580 or newer): update the driver, or train with --no-cuda or --backend envpool"
     )
+
+
+def video_env(args):
+    """Gymnasium's MuJoCo v5 task of the run (the model that --backend envpool's -v5 ids and mjwarp simulate), rendering
+    RGB frames: headless through EGL (a GPU driver's or Mesa's) unless MUJOCO_GL names another OpenGL."""
+    import gymnasium  # noqa: PLC0415 - only for --capture-video
+
+    os.environ.setdefault("MUJOCO_GL", "egl")  # read when the first frame is rendered
+    task = args.env_id if args.backend == "envpool" else f"{args.env_id}-v5"
+    return gymnasium.make(task, render_mode="rgb_array", max_episode_steps=args.max_episode_steps)
+
+
+def video_problem(args) -> str | None:
+    """What keeps --capture-video from rendering the run's task here, found by rendering one frame; or None."""
+    if args.backend == "isaacgym" or (args.backend == "envpool" and not args.env_id.endswith("-v5")):
+        return (
+            f"--capture-video renders Gymnasium's MuJoCo v5 tasks (on envpool or mjwarp), not {args.env_id} on {args.backend}"
+        )
+    try:
+        env = video_env(args)
+        env.reset(seed=0)
+        env.render()
+        env.close()
+    except Exception as error:  # noqa: BLE001 - no OpenGL: MuJoCo's, PyOpenGL's or EGL's own errors
+        reason, gl = " ".join(str(error).split()), os.environ["MUJOCO_GL"]
+        return f"--capture-video: MuJoCo cannot render with MUJOCO_GL={gl} ({reason}); egl needs libEGL, osmesa libOSMesa"
+    return None
 
 
 class EnvPoolTasks:

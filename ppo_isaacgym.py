@@ -49,7 +49,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 import metrics
-from continuous_tasks import choose_simulator, make_tasks
+from continuous_tasks import choose_simulator, make_tasks, video_env, video_problem
 
 # Set by torchrun in each of its processes; a plain run is process 0 of 1.
 RANK, LOCAL_RANK = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
@@ -137,6 +137,8 @@ class Args:
     """the Weights & Biases project"""
     wandb_entity: str | None = None
     """the Weights & Biases entity (team)"""
+    capture_video: bool = False
+    """after training, record one episode of the final policy in Gymnasium's MuJoCo v5 task to runs/.../videos/"""
     save_model: bool = False
     """save the final model and normalisers to runs/.../{exp_name}.cleanrl_model"""
     checkpoint_interval: int = 0
@@ -344,9 +346,10 @@ class RunningMeanStd(nn.Module):
         return (self.var + 1e-8).sqrt()
 
 
-def normalise_observations(obs: torch.Tensor, obs_rms: RunningMeanStd, clip: float) -> torch.Tensor:
+def normalise_observations(obs: torch.Tensor, obs_rms: RunningMeanStd, clip: float, count: bool = True) -> torch.Tensor:
     """Count the raw observations (all real states) in the statistics, then (obs - mean) / std clipped to +-clip."""
-    obs_rms.update(obs)
+    if count:  # not in the evaluation of --capture-video
+        obs_rms.update(obs)
     return ((obs - obs_rms.mean.float()) / obs_rms.std.float()).clamp(-clip, clip)
 
 
@@ -564,6 +567,7 @@ def validate_and_derive(args: Args) -> Args:
     require(not args.cudagraphs or (args.compile and gpu), "--cudagraphs needs --compile and CUDA")
     require(args.metrics_interval or not args.save_embeddings, "--save-embeddings needs --metrics-interval > 0")
     require((problem := choose_simulator(args, gpu)) is None, problem)  # sets args.backend and args.env_id
+    require(not args.capture_video or (problem := video_problem(args)) is None, problem)  # known now, not after training
     args.batch_size = args.num_envs * args.num_steps
     minibatch_size = args.minibatch_size or args.batch_size // args.num_minibatches
     split = f"--minibatch-size {args.minibatch_size}" if args.minibatch_size else f"--num-minibatches {args.num_minibatches}"
@@ -851,8 +855,8 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_a
 
 def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **modules) -> None:
     """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
-    embeddings and model, then done.json (the completion marker that sweeps/launch.sh looks for). Not a copy: the
-    observation statistics belong with the weights (saved with the model, checked identical over processes); no video."""
+    embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for). Not a copy: the
+    observation statistics belong with the weights (saved with the model, checked identical over processes)."""
     progress.close()
     writer.close()
     interrupted = bool(stop_signal) and loop_state["global_step"] < args.planned_steps
@@ -877,8 +881,32 @@ def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_sig
         buffer = io.BytesIO()
         torch.save({name: modules[name].state_dict() for name in ("model", "obs_rms")}, buffer)
         write_atomically(os.path.join(run_dir, f"{args.exp_name}.cleanrl_model"), buffer.getvalue())
+    if args.capture_video:
+        record_video(modules["model"], modules["obs_rms"], args, run_dir)
     done = {"global_step": loop_state["global_step"], "iterations": loop_state["iteration"]}
     write_atomically(os.path.join(run_dir, "done.json"), json.dumps(done).encode())
+
+
+@torch.no_grad()
+def record_video(agent: Agent, obs_rms: RunningMeanStd, args: Args, run_dir: str) -> None:
+    """One episode of the final policy in Gymnasium's MuJoCo task (`continuous_tasks.video_env`: the model that EnvPool
+    and MuJoCo Warp simulate), to MP4 in real time. Not a copy: each script plays its own kind of environment."""
+    from moviepy import ImageSequenceClip  # noqa: PLC0415 - only needed here
+
+    env = video_env(args)
+    obs, frames, episode_return, episode_over = env.reset(seed=args.seed)[0], [], 0.0, False
+    agent.cpu(), obs_rms.cpu()  # training is over
+    while not episode_over:
+        frames.append(env.render())
+        normalised = normalise_observations(torch.as_tensor(obs[None], dtype=torch.float32), obs_rms, args.obs_clip, False)
+        action = np.clip(agent.get_action_and_value(normalised)[0][0].numpy(), env.action_space.low, env.action_space.high)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        episode_return += reward
+        episode_over = terminated or truncated
+    path = os.path.join(run_dir, "videos", "eval.mp4")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    ImageSequenceClip(frames, fps=env.metadata["render_fps"]).write_videofile(path, logger=None)
+    print(f"video of one evaluation episode (return {episode_return:g}): {path}")
 
 
 if __name__ == "__main__":  # Copied from ppo_atari_envpool.__main__

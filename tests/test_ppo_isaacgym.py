@@ -224,9 +224,10 @@ def test_mujoco_warp_unusable_or_missing_exits_2_with_one_line(tmp_path, monkeyp
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     flags = ["--checkpoint-interval", "3", "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10"]
-    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), *flags)
+    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), *flags, "--capture-video")
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
+    assert "video of one evaluation episode (return " in result.stdout and "videos/eval.mp4" in result.stdout
     assert os.path.basename(run_dir).startswith("Ant-v5__ppo_isaacgym__1__")
     scalars = read_scalars(run_dir)
     assert PPO_TAGS | {"metrics/feature_rank_critic"} <= set(scalars), PPO_TAGS - set(scalars)
@@ -237,7 +238,7 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["backend"] == "envpool" and args["env_id"] == "Ant-v5" and args["num_iterations"] == 10
     expected = dict(iterations=10, global_step=640, metric_iterations=[5, 10], embedding_rows=20, feature_dim=256)
-    checkpoint = check_run_artifacts(run_dir, "ppo_isaacgym", **expected, video=False)
+    checkpoint = check_run_artifacts(run_dir, "ppo_isaacgym", **expected)  # the video: Gymnasium's Ant-v5, 20 steps at most
     obs_stats = checkpoint["obs_rms"]
     assert obs_stats["mean"].shape == (105,) and obs_stats["count"].item() == pytest.approx(4 * 161 + 1e-4)
     saved = torch.load(os.path.join(run_dir, "ppo_isaacgym.cleanrl_model"), weights_only=True)
@@ -258,9 +259,10 @@ def test_mujoco_warp_backend_trains_checkpoints_and_resumes(tmp_path):
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= interrupted["iteration"] < 4 and interrupted["args"]["backend"] == "mjwarp"
-    result = run_script(SCRIPT, "--resume", checkpoint_path, "--no-cuda")
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--no-cuda", "--capture-video")  # a flag of how to run
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
+    assert os.path.isfile(os.path.join(run_dir, "videos", "eval.mp4"))  # MuJoCo Warp's Ant is Gymnasium's Ant-v5
     scalars = read_scalars(run_dir)
     assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
     assert [step for step, _ in scalars["charts/SPS"]] == [256 * i for i in range(1, 5)]
@@ -383,6 +385,10 @@ BAD_FLAGS = [
     (["--backend", "envpool", "--env-id", "CheetahRun-v1"], "is not an EnvPool MuJoCo task"),  # dm_control's
     ("--backend mjwarp --env-id Hopper-v5".split(), "--env-id 'Hopper-v5' is not a MuJoCo Warp task (known: Ant, Humanoid)"),
     (
+        "--backend envpool --env-id Hopper-v4 --capture-video".split(),  # Gymnasium's v4 models differ (Pusher needs mujoco<3)
+        "--capture-video renders Gymnasium's MuJoCo v5 tasks (on envpool or mjwarp), not Hopper-v4 on envpool",
+    ),
+    (
         "--num-minibatches 3 --num-envs 4 --num-steps 8".split(),
         "--num-minibatches 3 does not divide the batch (num_envs * num_steps = 32)",
     ),
@@ -418,6 +424,15 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fr
     line = usage_error(ppo_isaacgym.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
     assert fragment in line
     assert not os.path.exists(tmp_path / "runs")
+
+
+def test_capture_video_where_mujoco_cannot_render_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MUJOCO_GL", "nonsense")  # what a machine without OpenGL meets in the first frame: an error
+    argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), "--backend", "envpool", "--capture-video"]
+    line = usage_error(ppo_isaacgym.main, monkeypatch, capsys, argv)
+    assert line.startswith("error: --capture-video: MuJoCo cannot render with MUJOCO_GL=nonsense (")  # mujoco's or
+    assert line.count("nonsense") == 2  # Gymnasium's words, as either has met the setting first in this process
+    assert line.endswith("egl needs libEGL, osmesa libOSMesa") and not os.path.exists(tmp_path / "runs")
 
 
 @pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--backend", "bullet"], ["--no-such-flag", "1"]])
@@ -472,7 +487,7 @@ for env_id in ("Ant", "Ant-v5", "Humanoid", "Hopper-v5"):
     args = ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(env_id=env_id, cuda=False))
     out["picks"][env_id] = [args.backend, args.env_id]
 refused = (["--backend", "isaacgym", "--env-id", "Cartpole"], ["--env-id", "Cartpole"], ["--env-id", "HumanoidAMP"])
-for flags in (*refused, ["--max-episode-steps", "20"]):
+for flags in (*refused, ["--max-episode-steps", "20"], ["--capture-video"]):
     sys.argv, stderr, code = ["ppo_isaacgym.py", "--runs-dir", "/nonexistent/runs", *flags], io.StringIO(), None
     try:
         with contextlib.redirect_stderr(stderr):
@@ -509,6 +524,10 @@ def test_auto_backend_picks_an_installed_isaac_gym_for_its_tasks():
         "--env-id Cartpole": [2, envpool_task],
         "--env-id HumanoidAMP": [2, other_resets],
         "--max-episode-steps 20": [2, MAX_EPISODE_STEPS_LINE + "\n"],  # auto picked Isaac Gym for the default Ant
+        "--capture-video": [
+            2,
+            "error: --capture-video renders Gymnasium's MuJoCo v5 tasks (on envpool or mjwarp), not Ant on isaacgym\n",
+        ],
     }
     # The fake keeps Isaac Gym's rule that ppo_isaacgym.py's first lines are there for: it loads before torch or not at all
     assert out["after_torch"].startswith("PyTorch was imported before isaacgym modules")
