@@ -136,6 +136,8 @@ def test_sps_benchmark_refuses_what_it_cannot_measure_in_one_line(flags, error, 
         ("bf16_update", ["--threads", "0"], "error: --threads 0: must be at least 1, at most 1024"),  # ran at full size
         ("bf16_update", ["--rounds", "1"], "error: --rounds 1: must be at least 2"),  # the first round is dropped
         ("bf16_update", ["--scale", "nan"], "error: --scale nan: must be > 0 and at most 1"),
+        ("read_events", ["--repeats", "0"], "error: --repeats 0: must be at least 1, at most 10000000"),
+        ("read_events", ["--run-dir", ROOT], f"error: --run-dir {ROOT}: no TensorBoard event file there"),
     ],
 )
 def test_benchmarks_refuse_bad_counts_in_one_line_before_making_envs(script, flags, error, monkeypatch, capsys):
@@ -251,7 +253,19 @@ def test_host_threads_benchmark_times_envpool_alone_and_with_the_copy_on_1_and_a
     assert rates_and_ratios[0][1] == 1.0 and all(rate > 0 and ratio > 0 for rate, ratio in rates_and_ratios)
 
 
-@pytest.mark.parametrize("script", ["async_envs", "bf16_update", "host_threads", "random_policy", "ratio_noise", "sps"])
+def test_read_events_benchmark_reads_the_points_of_a_resumed_run_as_tensorboard_does():
+    """A synthetic run of 40 iterations, resumed from iteration 24 after logging to 28 (purge_step): both readers read
+    the same points, the purged ones once."""
+    result = run_script("benchmarks/read_events.py", "--iterations", "40", "--repeats", "1")
+    assert result.returncode == 0, result.stderr
+    # 40 iterations x 14 tags, 4 x 9 metrics, 20 games x 2 tags
+    assert "636 points in 25 tags; the same points from both readers: True" in result.stdout, result.stdout
+    assert re.search(r"EventAccumulator [\d.]+ s, read_scalars [\d.]+ s: [\d.]+ x", result.stdout), result.stdout
+
+
+@pytest.mark.parametrize(
+    "script", ["async_envs", "bf16_update", "host_threads", "random_policy", "ratio_noise", "read_events", "sps"]
+)
 def test_benchmark_help_says_what_it_measures(script):
     """--help shows the module's docstring (what it measures, example commands) before the flags."""
     result = run_script(f"benchmarks/{script}.py", "--help")

@@ -381,6 +381,12 @@ def test_a_run_killed_after_an_unsaved_iteration_resumes_with_one_point_per_step
     assert result.returncode == 0, result.stderr
     scalars = read_scalars(run_dir)
     assert [step for step, _ in scalars["charts/SPS"]] == list(range(32, 641, 32))
+    events = EventAccumulator(run_dir, size_guidance={"scalars": 0})  # aggregate.py reads what TensorBoard shows
+    events.Reload()
+    shown = {
+        tag: sorted([(e.step, e.value) for e in events.Scalars(tag)], key=lambda p: p[0]) for tag in events.Tags()["scalars"]
+    }
+    assert shown == scalars
     for tag in ("losses/policy_loss", "charts/learning_rate", "charts/episodic_return"):
         steps = [step for step, _ in scalars[tag]]
         assert steps == sorted(steps) and (tag == "charts/episodic_return" or len(set(steps)) == len(steps) == 20), tag
