@@ -29,7 +29,10 @@ that end in the last --final-fraction of its training steps.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import glob
+import io
 import json
 import os
 import re
@@ -74,7 +77,10 @@ DATA_NOTES: list[str] = []
 
 
 def data_note(run_dir: str, what: str) -> None:
-    note = f"{os.path.basename(os.path.normpath(run_dir))}: {what}"
+    add_note(f"{os.path.basename(os.path.normpath(run_dir))}: {what}")
+
+
+def add_note(note: str) -> None:
     if note not in DATA_NOTES:
         DATA_NOTES.append(note)
         print(f"warning: {note}", file=sys.stderr)
@@ -108,7 +114,7 @@ def events_in(path: str):
 def read_scalars(run_dir: str, tags: set[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{tag: (steps, values)} over the event files of a run directory, read as TensorBoard reads them: the files in
     order, and a resumed run's `purge_step` (a SessionLog START) hides the points that the interrupted run logged after
-    its checkpoint. Read here, not by TensorBoard's EventAccumulator, which takes 8 times longer (benchmarks/read_events.py):
+    its checkpoint. Read here, not by TensorBoard's EventAccumulator, which takes 5-6 times longer (benchmarks/read_events.py):
     a paper-scale sweep is hundreds of runs of a million points or more."""
     from tensorboard.compat.proto.event_pb2 import SessionLog  # noqa: PLC0415
 
@@ -132,6 +138,13 @@ def read_scalars(run_dir: str, tags: set[str] | None = None) -> dict[str, tuple[
     return scalars
 
 
+def read_run(run_dir: str) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str]]:
+    """`read_scalars` in a worker process of `load_runs`: its data notes come back with the scalars, unprinted."""
+    DATA_NOTES.clear()  # the notes of the process that started this one
+    with contextlib.redirect_stderr(io.StringIO()):
+        return read_scalars(run_dir), list(DATA_NOTES)
+
+
 def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
     """The runs of a sweep: their flags (args.json), identity and scalars."""
     runs, unfinished = [], 0
@@ -148,7 +161,13 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
         except (OSError, ValueError, TypeError, KeyError) as error:  # e.g. written by hand, or by another tool
             data_note(run_dir, f"args.json unreadable ({type(error).__name__}: {error}): the run is left out")
             continue
-        runs.append({"dir": run_dir, "args": args, **identity, "total_steps": total_steps, "scalars": read_scalars(run_dir)})
+        runs.append({"dir": run_dir, "args": args, **identity, "total_steps": total_steps})
+    # Reading the event files is most of a paper-scale report's time (benchmarks/read_events.py): a process per core
+    with concurrent.futures.ProcessPoolExecutor(max(1, min(len(runs), os.cpu_count() or 1))) as pool:
+        for run, (scalars, notes) in zip(runs, pool.map(read_run, [run["dir"] for run in runs]), strict=True):
+            run["scalars"] = scalars
+            for note in notes:  # noted here, in the runs' order
+                add_note(note)
     if unfinished:
         print(f"note: {unfinished} run(s) without done.json left out (still running or interrupted; --unfinished adds them)")
 
