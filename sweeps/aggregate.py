@@ -87,8 +87,9 @@ def add_note(note: str) -> None:
 
 
 def events_in(path: str):
-    """The Events of an event file, in order, with a note when the file ends inside a record (cut short), which
-    TensorBoard passes over in silence. Each record is an 8-byte length, its CRC, the Event and the Event's CRC."""
+    """The Events of an event file, in order, with a note when the file ends inside a record (cut short) or holds one that
+    is no Event, which TensorBoard passes over in silence. Each record is an 8-byte length, its CRC, the Event and the
+    Event's CRC (not checked: a truncated file is the damage that a killed run leaves)."""
     from google.protobuf.message import DecodeError  # noqa: PLC0415 - TensorBoard's dependencies
     from tensorboard.compat.proto.event_pb2 import Event  # noqa: PLC0415
 
@@ -106,9 +107,8 @@ def events_in(path: str):
         position = end
         yield event
     if position != len(data):
-        data_note(
-            os.path.dirname(path), f"{os.path.basename(path)} is damaged (cut short): only the events before the cut are read"
-        )
+        damage = f"{os.path.basename(path)} is damaged (cut short or unreadable from byte {position:,})"
+        data_note(os.path.dirname(path), f"{damage}: only the events before it are read")
 
 
 def read_scalars(run_dir: str, tags: set[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
