@@ -163,8 +163,15 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
             continue
         runs.append({"dir": run_dir, "args": args, **identity, "total_steps": total_steps})
     # Reading the event files is most of a paper-scale report's time (benchmarks/read_events.py): a process per core
-    with concurrent.futures.ProcessPoolExecutor(max(1, min(len(runs), os.cpu_count() or 1))) as pool:
-        for run, (scalars, notes) in zip(runs, pool.map(read_run, [run["dir"] for run in runs]), strict=True):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # a Slurm job's
+    dirs = [run["dir"] for run in runs]
+    try:
+        pool = concurrent.futures.ProcessPoolExecutor(max(1, min(len(runs), cores)))
+    except (NotImplementedError, OSError):  # no POSIX semaphores (some containers): the runs are read in this process
+        pool = None
+    with pool or contextlib.nullcontext():
+        read = pool.map(read_run, dirs) if pool else ((read_scalars(run_dir), []) for run_dir in dirs)
+        for run, (scalars, notes) in zip(runs, read, strict=True):
             run["scalars"] = scalars
             for note in notes:  # noted here, in the runs' order
                 add_note(note)
