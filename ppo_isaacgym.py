@@ -907,6 +907,10 @@ def record_video(agent: Agent, obs_rms: RunningMeanStd, args: Args, run_dir: str
     os.makedirs(os.path.dirname(path), exist_ok=True)
     ImageSequenceClip(frames, fps=env.metadata["render_fps"]).write_videofile(path, logger=None)
     print(f"video of one evaluation episode (return {episode_return:g}): {path}")
+    if args.track:  # in W&B too, beside the run's charts
+        import wandb  # noqa: PLC0415 - optional
+
+        wandb.log({"videos/eval": wandb.Video(path, format="mp4")})
 
 
 if __name__ == "__main__":  # Copied from ppo_atari_envpool.__main__

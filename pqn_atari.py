@@ -826,6 +826,10 @@ def record_video(q_network: QNetwork, args: Args, run_dir: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     ImageSequenceClip(frames, fps=15).write_videofile(path, logger=None)  # 15 agent steps = 60 frames = 1 s
     print(f"video of one evaluation game (return {game_return:g}): {path}")
+    if args.track:  # in W&B too, beside the run's charts
+        import wandb  # noqa: PLC0415 - optional
+
+        wandb.log({"videos/eval": wandb.Video(path, format="mp4")})
 
 
 if __name__ == "__main__":  # Copied from ppo_atari_envpool.__main__

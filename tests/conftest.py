@@ -283,14 +283,14 @@ def restore_stop_handlers():
         signal.signal(signum, handler)
 
 
-def run_twice(script, runs_dir, flags, first_flags=()):
+def run_twice(script, runs_dir, flags, first_flags=(), first_env=None):
     """Two runs of `script` with the same `flags` (the first also with `first_flags`: flags that only add artifacts),
     in runs_dir/first and runs_dir/second; asserts that both exit 0 and returns their CompletedProcess and run
     directory: [(result, run_dir), (result, run_dir)]. For a module-scoped fixture whose first run serves the tiny-run
     test and both the reproducibility test: one process start fewer than a tiny run plus two seeded runs."""
     runs = []
-    for name, extra in (("first", first_flags), ("second", ())):
-        result = run_script(script, *flags, *extra, "--runs-dir", str(runs_dir / name))
+    for name, extra, env in (("first", first_flags, first_env), ("second", (), None)):
+        result = run_script(script, *flags, *extra, "--runs-dir", str(runs_dir / name), env=env)
         assert result.returncode == 0, result.stderr
         runs.append((result, only_run_dir(runs_dir / name)))
     return runs
@@ -364,11 +364,19 @@ def interrupt_with_sigterm(script, flags, wait_for=None, nproc=0):
     return stdout
 
 
+def fake_wandb(runs_dir):
+    """--track against tests/fake_wandb (the real W&B's offline start and finish add about 9 s to a tiny run): the flag,
+    and the environment of a run whose W&B calls go to runs_dir/wandb_calls.jsonl, which check_run_artifacts reads."""
+    fake = os.path.join(ROOT, "tests", "fake_wandb")
+    env = {"PYTHONPATH": os.pathsep.join([fake, os.environ["PYTHONPATH"]])}
+    return ["--track"], env | {"FAKE_WANDB_LOG": os.path.join(runs_dir, "wandb_calls.jsonl")}
+
+
 def check_run_artifacts(
     run_dir, exp_name, iterations, global_step, metric_iterations, embedding_rows, feature_dim=512, video=True, tracked=False
 ):
-    """What --checkpoint-interval, --save-model, --save-embeddings, --capture-video and --track leave behind. Only
-    ppo_atari_envpool.py's test passes --track: W&B's offline start and finish add about 9 s to a tiny run."""
+    """What --checkpoint-interval, --save-model, --save-embeddings, --capture-video and --track leave behind: the folder
+    of W&B's offline run (`tracked=True`: ppo_atari_envpool.py's test), or (`tracked="fake"`) tests/fake_wandb's calls."""
     import numpy as np
     import torch
 
@@ -386,7 +394,16 @@ def check_run_artifacts(
     if video:
         videos = os.listdir(os.path.join(run_dir, "videos"))
         assert any(name.endswith(".mp4") for name in videos), videos
-    assert os.path.isdir(os.path.join(run_dir, "wandb")) == tracked
+    assert os.path.isdir(os.path.join(run_dir, "wandb")) == (tracked is True)
+    if tracked is True and video:  # W&B's offline run holds the video, to be synced with the charts
+        assert glob.glob(
+            os.path.join(run_dir, "wandb", "offline-run-*", "files", "media", "videos", "**", "*.mp4"), recursive=True
+        )
+    if tracked == "fake":  # the run started W&B, then logged its video
+        calls = os.path.join(os.path.dirname(run_dir), "wandb_calls.jsonl")
+        start = {"call": "init", "name": os.path.basename(run_dir), "dir": run_dir, "sync_tensorboard": True}
+        video = {"call": "log", "videos/eval": {"video": os.path.join(run_dir, "videos", "eval.mp4"), "format": "mp4"}}
+        assert [json.loads(line) for line in open(calls)] == [start, video]
     return checkpoint
 
 

@@ -14,6 +14,7 @@ from conftest import (
     check_bf16,
     check_run_artifacts,
     check_same_losses,
+    fake_wandb,
     interrupt_with_sigterm,
     only_run_dir,
     read_scalars,
@@ -144,7 +145,9 @@ def seeded_runs(tmp_path_factory):
     tiny-run test reads the first, the reproducibility test compares both."""
     artifacts = ["--checkpoint-interval", "4", "--save-model", "--save-embeddings", "--capture-video"]
     artifacts += ["--embeddings-per-iteration", "10"]
-    return run_twice(SCRIPT, tmp_path_factory.mktemp("seeded"), [*TINY_PPO_FLAGS, "--ewma-com", "4"], artifacts)
+    runs_dir = tmp_path_factory.mktemp("seeded")
+    track, env = fake_wandb(runs_dir / "first")
+    return run_twice(SCRIPT, runs_dir, [*TINY_PPO_FLAGS, "--ewma-com", "4"], [*artifacts, *track], first_env=env)
 
 
 def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
@@ -159,7 +162,13 @@ def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16, 16]] and args["planned_steps"] == 256
     checkpoint = check_run_artifacts(
-        run_dir, "ppo_ewma_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40
+        run_dir,
+        "ppo_ewma_atari",
+        iterations=8,
+        global_step=256,
+        metric_iterations=[2, 4, 6, 8],
+        embedding_rows=40,
+        tracked="fake",
     )
     assert checkpoint["ewma_weight_sum"] > 1.0 and (checkpoint["ewma_com"], checkpoint["clip_coef"]) == (4.0, 0.1)
     assert set(checkpoint["proximal"]) == set(checkpoint["model"])

@@ -20,6 +20,7 @@ from conftest import (
     check_bf16,
     check_run_artifacts,
     check_same_losses,
+    fake_wandb,
     interrupt_with_sigterm,
     only_run_dir,
     plant_statistics,
@@ -224,7 +225,8 @@ def test_mujoco_warp_unusable_or_missing_exits_2_with_one_line(tmp_path, monkeyp
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     flags = ["--checkpoint-interval", "3", "--save-model", "--save-embeddings", "--embeddings-per-iteration", "10"]
-    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), *flags, "--capture-video")
+    track, env = fake_wandb(tmp_path)
+    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), *flags, "--capture-video", *track, env=env)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert "video of one evaluation episode (return " in result.stdout and "videos/eval.mp4" in result.stdout
@@ -238,7 +240,7 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["backend"] == "envpool" and args["env_id"] == "Ant-v5" and args["num_iterations"] == 10
     expected = dict(iterations=10, global_step=640, metric_iterations=[5, 10], embedding_rows=20, feature_dim=256)
-    checkpoint = check_run_artifacts(run_dir, "ppo_isaacgym", **expected)  # the video: Gymnasium's Ant-v5, 20 steps at most
+    checkpoint = check_run_artifacts(run_dir, "ppo_isaacgym", **expected, tracked="fake")  # the video: Ant-v5's, 20 steps
     obs_stats = checkpoint["obs_rms"]
     assert obs_stats["mean"].shape == (105,) and obs_stats["count"].item() == pytest.approx(4 * 161 + 1e-4)
     saved = torch.load(os.path.join(run_dir, "ppo_isaacgym.cleanrl_model"), weights_only=True)

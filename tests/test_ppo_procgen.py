@@ -16,6 +16,7 @@ from conftest import (
     check_bf16,
     check_run_artifacts,
     check_same_losses,
+    fake_wandb,
     interrupt_with_sigterm,
     only_run_dir,
     plant_statistics,
@@ -254,7 +255,8 @@ def test_level_flags_reach_envpool(tmp_path, monkeypatch):
 
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     artifacts = "--checkpoint-interval 3 --save-model --save-embeddings --embeddings-per-iteration 10 --capture-video"
-    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), *artifacts.split())
+    track, env = fake_wandb(tmp_path)
+    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path), *artifacts.split(), *track, env=env)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir).startswith("BigfishEasy-v0__ppo_procgen__1__")
@@ -271,7 +273,7 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path):
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["batch_size"] == 128 and args["num_iterations"] == 8 and args["gamma"] == 0.999
     expected = dict(iterations=8, global_step=1024, metric_iterations=[2, 4, 6, 8], embedding_rows=40, feature_dim=256)
-    checkpoint = check_run_artifacts(run_dir, "ppo_procgen", **expected)
+    checkpoint = check_run_artifacts(run_dir, "ppo_procgen", **expected, tracked="fake")
     assert checkpoint["return_rms"]["count"].item() > 1  # the reward statistics travel with the model
 
 

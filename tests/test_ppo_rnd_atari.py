@@ -12,6 +12,7 @@ from conftest import (
     check_bf16,
     check_run_artifacts,
     check_same_losses,
+    fake_wandb,
     interrupt_with_sigterm,
     one_reward_per_step,
     only_run_dir,
@@ -343,7 +344,10 @@ def seeded_runs(tmp_path_factory):
         "10",
         "--capture-video",
     ]
-    return run_twice(SCRIPT, tmp_path_factory.mktemp("seeded"), [*TINY_FLAGS, "--separate-networks", "--seed", "3"], artifacts)
+    runs_dir = tmp_path_factory.mktemp("seeded")
+    track, env = fake_wandb(runs_dir / "first")
+    flags = [*TINY_FLAGS, "--separate-networks", "--seed", "3"]
+    return run_twice(SCRIPT, runs_dir, flags, [*artifacts, *track], first_env=env)
 
 
 def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
@@ -370,7 +374,7 @@ def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
 
     rows = dict(embedding_rows=40, feature_dim=448)  # CleanRL's RND encoder has 448 features
     checkpoint = check_run_artifacts(
-        run_dir, "ppo_rnd_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], **rows
+        run_dir, "ppo_rnd_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], **rows, tracked="fake"
     )
     assert checkpoint["warmup_steps"] == 16
     obs_stats = checkpoint["obs_rms"]

@@ -12,6 +12,7 @@ from conftest import (
     check_bf16,
     check_run_artifacts,
     check_same_losses,
+    fake_wandb,
     interrupt_with_sigterm,
     only_run_dir,
     read_scalars,
@@ -189,7 +190,8 @@ def test_layernorm_chw_on_an_nhwc_activation_equals_layernorm_on_nchw():
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     artifacts = ["--save-model", "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video"]
     flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--exploration-fraction", "0.5"]
-    result = run_script(SCRIPT, *flags, *artifacts)
+    track, env = fake_wandb(tmp_path)
+    result = run_script(SCRIPT, *flags, *artifacts, *track, env=env)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir).startswith("Breakout-v5__pqn_atari__1__")
@@ -214,7 +216,8 @@ def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16, 16]] and args["num_iterations"] == 8
     assert args["q_lambda"] == 0.65 and args["adam_eps"] == 1e-8 and args["max_grad_norm"] == 10.0
 
-    check_run_artifacts(run_dir, "pqn_atari", iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40)
+    expected = dict(iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40, tracked="fake")
+    check_run_artifacts(run_dir, "pqn_atari", **expected)
 
 
 def test_seeded_runs_are_reproducible_and_a_schedule_changes_the_pool_at_each_phase(monkeypatch, tmp_path, tiny_ppo_flags):
