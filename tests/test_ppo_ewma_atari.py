@@ -161,15 +161,8 @@ def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
     assert all(value > 0 for _, value in scalars["metrics/kl_prox"])
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["batch_size"] == 32 and args["phases"] == [[0, 2, 16, 16]] and args["planned_steps"] == 256
-    checkpoint = check_run_artifacts(
-        run_dir,
-        "ppo_ewma_atari",
-        iterations=8,
-        global_step=256,
-        metric_iterations=[2, 4, 6, 8],
-        embedding_rows=40,
-        tracked="fake",
-    )
+    expected = dict(iterations=8, global_step=256, metric_iterations=[2, 4, 6, 8], embedding_rows=40, tracked="fake")
+    checkpoint = check_run_artifacts(run_dir, "ppo_ewma_atari", **expected)
     assert checkpoint["ewma_weight_sum"] > 1.0 and (checkpoint["ewma_com"], checkpoint["clip_coef"]) == (4.0, 0.1)
     assert set(checkpoint["proximal"]) == set(checkpoint["model"])
 
