@@ -503,7 +503,7 @@ def main() -> None:
         # A NaN or inf from the simulator (in the normalised observations or scaled rewards) or from the update
         losses_and_norms = torch.stack([value for stats in minibatch_stats for value in stats.values()] + grad_norms)
         values = {"observations": rollout["obs"], "rewards": rollout["rewards"], "losses_or_gradients": losses_and_norms}
-        stop_if_not_finite(run_dir, iteration, global_step, **values)
+        stop_if_not_finite(iteration, global_step, **values)
 
         # ==== MEASURE AND LOG ====
         valid, charts, measured = batch["valid"].bool(), {"learning_rate": optimizer.param_groups[0]["lr"]}, {}
@@ -646,7 +646,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
-    global RUN_DIR  # noqa: PLW0603 - for the out-of-memory line, which __main__ writes
+    global RUN_DIR  # noqa: PLW0603 - for the lines that name the last checkpoint (out of memory: in __main__)
     torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
     gpu = args.cuda and torch.cuda.is_available()
     # On a GPU torch's host work is copies, after which its OpenMP threads spin on EnvPool's cores: one (host_threads.py)
@@ -785,14 +785,15 @@ def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list
 
 
 # Copied from ppo_atari_envpool.stop_if_not_finite
-def stop_if_not_finite(run_dir: str | None, iteration: int, global_step: int, **values: torch.Tensor) -> None:
+def stop_if_not_finite(iteration: int, global_step: int, **values: torch.Tensor) -> None:
     """A NaN or inf in any of `values` (tensors on the training device: one host-device sync for all) ends the run with
     one line naming them, before a checkpoint can keep weights that it reached; the last checkpoint stays; exit 1."""
     finite = torch.stack([value.isfinite().all() for value in values.values()]).tolist()
     if not all(finite):
         names = ", ".join(name for name, ok in zip(values, finite, strict=True) if not ok)
-        checkpoint = os.path.join(run_dir or "", "checkpoint.pt")
-        kept = f"the last checkpoint is unchanged: {checkpoint}" if os.path.isfile(checkpoint) else "no checkpoint was written"
+        checkpoint = os.path.join(RUN_DIR, "checkpoint.pt")
+        written = RUN_DIR and os.path.isfile(checkpoint)
+        kept = f"the last checkpoint is unchanged: {checkpoint}" if written else "no checkpoint was written"
         fail(f"non-finite {names} at iteration {iteration} (global step {global_step:,}); {kept}", status=1)
 
 
