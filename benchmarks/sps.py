@@ -219,7 +219,7 @@ def finite_check_seconds(script: str, frames: np.ndarray, batch_size: int, devic
     timings = []
     for _ in range(21):
         start = time.perf_counter()
-        module.stop_if_not_finite(None, 1, 1, **values)
+        module.stop_if_not_finite(1, 1, **values)
         timings.append(time.perf_counter() - start)
     return statistics.median(timings[1:])  # the first call warms up
 
