@@ -95,6 +95,11 @@ def only_run_dir(runs_dir):
     return run_dirs[0]
 
 
+# Two iterations of 2 x 16, then from step 64 a phase of 8 envs x 10**9 steps: its frames (210,285 GiB) are more than any
+# host or GPU holds, and than x86-64's 128 TiB of address space: torch's allocation fails in start_phase.
+TOO_BIG_PHASE = ["--schedule", "0:2x16,0.000000008:8x1000000000", "--total-timesteps", "8000000064", "--torch-threads", "1"]
+
+
 def read_scalars(run_dir):
     """{tag: [(step, value), ...]} sorted by step, from sweeps/aggregate.py's reader."""
     from sweeps.aggregate import read_scalars as read_tensorboard

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import GPU, HostSyncs, only_run_dir, read_scalars, run_script, run_torchrun, usage_error
+from conftest import GPU, TOO_BIG_PHASE, HostSyncs, only_run_dir, read_scalars, run_script, run_torchrun, usage_error
 
 import continuous_tasks
 import metrics
@@ -495,14 +495,17 @@ def test_mujoco_warp_backend_trains_on_cuda(speed, tmp_path):
 
 
 @needs_cuda
-def test_a_batch_too_big_for_the_gpu_ends_the_run_with_one_line(tmp_path):
-    """8 envs x 10**7 steps of frames (2,103 GiB, more than any GPU): CUDA's OutOfMemoryError, read by
-    stop_if_out_of_memory (tests/test_faults.py checks the host's on the CPU)."""
-    flags = ["--num-steps", str(10**7), "--total-timesteps", str(8 * 10**7), "--cuda", "--runs-dir", str(tmp_path)]
-    result = run_script("ppo_atari_envpool.py", *flags, cuda=True)
+def test_a_phase_too_big_for_the_gpu_ends_the_run_with_one_line_naming_its_checkpoint(tmp_path):
+    """Two iterations, then a --schedule phase of 8 envs x 10**9 steps of frames (210,285 GiB, more than any GPU):
+    CUDA's OutOfMemoryError, read by stop_if_out_of_memory, names the checkpoint the first phase wrote as it ended
+    (tests/test_faults.py checks the host's on the CPU)."""
+    result = run_script("ppo_atari_envpool.py", *TOO_BIG_PHASE, "--cuda", "--runs-dir", str(tmp_path), cuda=True)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert len(errors) == 1 and re.fullmatch(r"error: out of GPU memory \(tried to allocate [\d.]+ GiB\): try .+", errors[0])
+    checkpoint = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    line = r"error: out of GPU memory \(tried to allocate 2102\d\d\.\d\d GiB\): try a smaller batch or minibatch; "
+    assert len(errors) == 1 and (words := re.fullmatch(line + "or --resume (.+) with more memory free", errors[0])), errors
+    assert words[1] == checkpoint and torch.load(checkpoint, weights_only=True)["global_step"] == 64
 
 
 @needs_two_gpus

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, only_run_dir, read_scalars, run_main, run_script, run_torchrun, wrap_envpool_steps
+from conftest import ROOT, TOO_BIG_PHASE, only_run_dir, read_scalars, run_main, run_script, run_torchrun, wrap_envpool_steps
 from torch.utils.tensorboard import SummaryWriter
 
 AGGREGATE = os.path.join(ROOT, "sweeps", "aggregate.py")
@@ -255,11 +255,6 @@ def test_a_failed_write_names_the_file_removes_the_temporary_file_and_keeps_the_
         f"error: cannot write {path}: No space left on device; the last checkpoint is "
         f"intact: free space, then --resume {path}\n"
     )
-
-
-# Two iterations of 2 x 16, then from step 64 a phase of 8 envs x 10**9 steps: its frames (210,285 GiB) are more than any
-# host holds, and than x86-64's 128 TiB of address space: torch's allocation fails in start_phase.
-TOO_BIG_PHASE = ["--schedule", "0:2x16,0.000000008:8x1000000000", "--total-timesteps", "8000000064", "--torch-threads", "1"]
 
 
 def test_a_phase_that_does_not_fit_in_memory_ends_the_run_with_one_line_after_a_checkpoint(tmp_path, capsys, monkeypatch):
