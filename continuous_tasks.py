@@ -96,7 +96,9 @@ def video_env(args):
 
     os.environ.setdefault("MUJOCO_GL", "egl")  # read when the first frame is rendered
     task = args.env_id if args.backend == "envpool" else f"{args.env_id}-v5"
-    return gymnasium.make(task, render_mode="rgb_array", max_episode_steps=args.max_episode_steps)
+    # The model's "track" camera follows the robot; Gymnasium 1.4's default camera stays put, and a robot that runs
+    # leaves the picture within seconds (a model without that camera, say Reacher's, keeps the default).
+    return gymnasium.make(task, render_mode="rgb_array", camera_name="track", max_episode_steps=args.max_episode_steps)
 
 
 def video_problem(args) -> str | None:

@@ -437,6 +437,31 @@ def test_capture_video_where_mujoco_cannot_render_exits_2_with_one_line(tmp_path
     assert line.endswith("egl needs libEGL, osmesa libOSMesa") and not os.path.exists(tmp_path / "runs")
 
 
+# Robot pixels of a frame: the bodies' tan (red well above blue), in neither the floor's squares nor the sky.
+FILM_ROBOT_MOVED_6_M = """
+import sys, types, continuous_tasks
+for backend, task in (("envpool", "Ant-v5"), ("mjwarp", "Humanoid")):
+    env = continuous_tasks.video_env(types.SimpleNamespace(backend=backend, env_id=task, max_episode_steps=1000))
+    env.reset(seed=0)
+    frames = [env.render()]
+    qpos = env.unwrapped.data.qpos.copy()
+    qpos[0] += 6.0
+    env.unwrapped.set_state(qpos, env.unwrapped.data.qvel)
+    frames.append(env.render())
+    print(*(int(((f[..., 0].astype(int) - f[..., 2] > 60) & (f[..., 0] > 120)).sum()) for f in frames))
+"""
+
+
+def test_the_video_follows_the_robot():
+    """--capture-video films through the model's tracking camera: 6 m further, the robot is still in the picture (it is
+    out of Gymnasium 1.4's default camera's). In a process of its own: test_capture_video_where_mujoco_cannot_render
+    leaves MUJOCO_GL=nonsense in this one's rendering."""
+    result = subprocess.run([sys.executable, "-c", FILM_ROBOT_MOVED_6_M], cwd=ROOT, capture_output=True, text=True)
+    counts = [list(map(int, line.split())) for line in result.stdout.splitlines()]  # at the start and 6 m further
+    assert result.returncode == 0 and len(counts) == 2, result.stderr  # the Ant's, then the Humanoid's
+    assert all(start > 500 and moved > start / 2 for start, moved in counts), counts
+
+
 @pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--backend", "bullet"], ["--no-such-flag", "1"]])
 def test_flags_tyro_rejects_exit_2_naming_the_flag(tmp_path, monkeypatch, capsys, flags):
     argv = [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags]
