@@ -45,7 +45,7 @@ import metrics
 # Set by torchrun in each of its processes; a plain run is process 0 of 1.
 RANK, LOCAL_RANK = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
 WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
-RUN_DIR = ""  # process 0's run directory, once start_run has opened it
+RUN_DIR = ""  # the run directory (process 0 opens it, torchrun's others learn its path), once start_run has opened it
 
 
 @dataclass
@@ -755,7 +755,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
     if RANK != 0:  # process 0 opens the run: a barrier that it passes at the end of this function (or exits: __main__)
-        all_ranks_list([])
+        RUN_DIR = all_ranks_list([])[0]  # its path: this process's own lines can name the last checkpoint too
         return None, SimpleNamespace(add_scalar=lambda *_: None, close=lambda: None), tqdm(disable=True), stop_signal
     if checkpoint:
         run_dir = os.path.dirname(os.path.abspath(args.resume))
@@ -807,7 +807,7 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     output = dict(file=sys.stdout, mininterval=0.5) if sys.stdout.isatty() else dict(file=log_lines, mininterval=30)
     initial = checkpoint["global_step"] if checkpoint else 0
     progress = tqdm(total=args.planned_steps, initial=initial, unit="step", unit_scale=True, **output)  # whole batches
-    all_ranks_list([])  # the run is open: the other processes go on
+    all_ranks_list([run_dir])  # the run is open: the other processes go on
     return run_dir, writer, progress, stop_signal
 
 

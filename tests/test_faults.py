@@ -260,16 +260,17 @@ def test_a_failed_write_names_the_file_removes_the_temporary_file_and_keeps_the_
 def test_a_phase_that_does_not_fit_in_memory_ends_the_run_with_one_line_after_a_checkpoint(tmp_path, capsys, monkeypatch):
     """A --schedule phase too big for memory ends the run with one line, exit 1, and the checkpoint written as the phase
     before it ended holds the work so far (the line names it: resumable where more memory is free); CUDA's, numpy's,
-    Warp's and EnvPool's errors give the same line, another error passes through. PPO as a process, PPO-EWMA and PQN
-    in-process."""
-    result = run_script("ppo_atari_envpool.py", *TOO_BIG_PHASE, "--runs-dir", str(tmp_path / "ppo"))
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    Warp's and EnvPool's errors give the same line, another error passes through. PPO as 2 torchrun processes (each
+    fails to allocate its half; process 0 has told the other the run directory, so either's line names the checkpoint;
+    the one to fail first may end the other before its line), PPO-EWMA and PQN in-process."""
+    result = run_torchrun("ppo_atari_envpool.py", 2, *TOO_BIG_PHASE, "--runs-dir", str(tmp_path / "ppo"))
+    assert result.returncode == 1 and 'ppo_atari_envpool.py", line' not in result.stderr, result.stderr  # no traceback
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     checkpoint = os.path.join(only_run_dir(tmp_path / "ppo"), "checkpoint.pt")
-    assert errors == [
-        "error: out of host memory (tried to allocate 210,285.2 GiB): try a smaller batch or minibatch; "
+    assert len(errors) in (1, 2) and set(errors) == {
+        "error: out of host memory (tried to allocate 105,142.6 GiB): try a smaller batch or minibatch; "
         f"or --resume {checkpoint} with more memory free"
-    ]
+    }, result.stderr
     for script in ("ppo_ewma_atari", "pqn_atari"):  # the error itself, before __main__ turns it into the line above
         with pytest.raises(RuntimeError, match="allocate"):
             run_main(monkeypatch, importlib.import_module(script), [*TOO_BIG_PHASE, "--runs-dir", str(tmp_path / script)])
