@@ -590,29 +590,36 @@ def test_coverage_of_synthetic_embeddings(tmp_path):
     assert (tmp_path / "report" / "coverage_Breakout-v5.png").exists()
 
 
-def test_aggregate_bad_input_exits_2(tmp_path):
-    result = subprocess.run([sys.executable, AGGREGATE, "report", str(tmp_path / "missing")], capture_output=True, text=True)
-    assert result.returncode == 2 and "is not a directory" in result.stderr
+def test_aggregate_bad_input_exits_2(tmp_path, monkeypatch, capsys):
+    from sweeps import aggregate  # in-process: matplotlib and rliable imported once for every case
+
+    monkeypatch.setattr(aggregate, "DATA_NOTES", [])  # this test's warnings are not another's (each is said once)
+
+    def error(*arguments):  # exit 2; the stderr (the curves' warnings about the runs come before their error)
+        monkeypatch.setattr(sys, "argv", [AGGREGATE, *map(str, arguments)])
+        with pytest.raises(SystemExit) as exited:
+            aggregate.main()
+        assert exited.value.code == 2
+        return capsys.readouterr().err
+
+    assert "is not a directory" in error("report", tmp_path / "missing")
     for command in ("report", "coverage"):
-        empty = subprocess.run([sys.executable, AGGREGATE, command, str(tmp_path)], capture_output=True, text=True)
-        assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "the folder of run directories" in empty.stderr
+        stderr = error(command, tmp_path)
+        assert stderr.count("\n") == 1 and "the folder of run directories" in stderr
     run_dir = make_run(tmp_path / "sweep", "Pong-v5__ppo__1__100", ["args.json"])
     writer = SummaryWriter(str(run_dir))
     writer.add_scalar("charts/SPS", 1.0, 1)
     writer.add_scalar("metrics/ddr", float("inf"), 1)  # no finite point: nothing to draw
     writer.close()
-    curves = [sys.executable, AGGREGATE, "curves", "--out", str(tmp_path / "curve.png")]
-    for arguments, message in [
-        ([str(tmp_path / "sweep")], "not a run directory"),  # the folder of the runs, not a run
-        (
-            [str(run_dir), "--tag", "charts/typo"],
-            "no run has finite points of 'charts/typo', nothing written (the runs' tags: charts/SPS, metrics/ddr)",
-        ),
-        ([str(run_dir), "--tag", "metrics/ddr"], "no run has finite points of 'metrics/ddr', nothing written"),
-    ]:
-        result = subprocess.run([*curves, *arguments], capture_output=True, text=True)
-        assert result.returncode == 2 and message in result.stderr, result.stderr
+    curves = ["curves", "--out", tmp_path / "curve.png"]
+    assert "not a run directory" in error(*curves, tmp_path / "sweep")  # the folder of the runs, not a run
+    typo = "no run has finite points of 'charts/typo', nothing written (the runs' tags: charts/SPS, metrics/ddr)"
+    assert typo in error(*curves, run_dir, "--tag", "charts/typo")
+    assert "no run has finite points of 'metrics/ddr', nothing written" in error(*curves, run_dir, "--tag", "metrics/ddr")
     assert not (tmp_path / "curve.png").exists()
+    # and on the command line, once: exit 2 and the one line
+    result = subprocess.run([sys.executable, AGGREGATE, "report", str(tmp_path / "missing")], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "is not a directory" in result.stderr
 
 
 @pytest.mark.parametrize(
