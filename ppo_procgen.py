@@ -787,7 +787,7 @@ def all_ranks_sum_gradients(parameters) -> None:  # Copied from ppo_atari_envpoo
 def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list, **modules) -> None:
     """The new embeddings, then checkpoint.pt (state dicts, the loop's counters and adapted values, RNG states: tensors
     and plain data for weights_only), each written to a temporary file and renamed: a crash never leaves half a file,
-    nor a checkpoint past embeddings that were not saved. Process 0 only."""
+    nor a checkpoint past embeddings that were not saved. Process 0 writes; every process calls it."""
     if embeddings:  # appended to the run's earlier ones, less any of the iterations that a resumed run trains again
         path, buffer = os.path.join(run_dir, "embeddings.npz"), io.BytesIO()
         earlier = dict(np.load(path)) if os.path.exists(path) else {}
@@ -803,6 +803,7 @@ def save_checkpoint(run_dir: str, args: Args, loop_state: dict, embeddings: list
         buffer = io.BytesIO()
         torch.save(state | loop_state, buffer)
         write_atomically(os.path.join(run_dir, "checkpoint.pt"), buffer.getvalue())
+    all_ranks_list([])  # torchrun's others wait for it: where the next phase fails for want of memory, it is there
 
 
 # Copied from ppo_atari_envpool.stop_if_not_finite
