@@ -347,8 +347,8 @@ class RunningMeanStd(nn.Module):
 
 
 def normalise_observations(obs: torch.Tensor, obs_rms: RunningMeanStd, clip: float, count: bool = True) -> torch.Tensor:
-    """Count the raw observations (all real states) in the statistics, then (obs - mean) / std clipped to +-clip."""
-    if count:  # not in the evaluation of --capture-video
+    """Count the raw observations (all real states; not `count`: an evaluation), then (obs - mean) / std, clipped to +-clip."""
+    if count:
         obs_rms.update(obs)
     return ((obs - obs_rms.mean.float()) / obs_rms.std.float()).clamp(-clip, clip)
 
