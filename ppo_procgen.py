@@ -624,16 +624,12 @@ def require(ok: bool, message: str) -> None:  # Copied from ppo_atari_envpool.re
 def require_signs(args: Args, positive: str, non_negative: str) -> None:  # Copied from ppo_atari_envpool.require_signs
     """The flags named in `positive` (None allowed: not given) must be finite and > 0, those in `non_negative` >= 0;
     integers other than the step budget below 2**31: EnvPool and torch take them as C ints."""
-    for name in positive.split():
-        value = getattr(args, name)
-        require(value is None or 0 < value < math.inf, f"--{name.replace('_', '-')} must be finite and > 0, got {value}")
-    for name in non_negative.split():
-        value = getattr(args, name)
-        require(0 <= value < math.inf, f"--{name.replace('_', '-')} must be finite and >= 0, got {value}")
     for name in [*positive.split(), *non_negative.split()]:
-        value = getattr(args, name)
+        value, flag, sign = getattr(args, name), f"--{name.replace('_', '-')}", ">" if name in positive.split() else ">="
+        signed = value is None or (value > 0 if sign == ">" else value >= 0) and value < math.inf
+        require(signed, f"{flag} must be finite and {sign} 0, got {value}")
         small = not isinstance(value, int) or value < 2**31 or name == "total_timesteps"
-        require(small, f"--{name.replace('_', '-')} must be below 2**31 = 2147483648, got {value}")
+        require(small, f"{flag} must be below 2**31 = 2147483648, got {value}")
 
 
 def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.parse_args
@@ -692,10 +688,9 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     else:
         run_dir = os.path.join(args.runs_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         try:
-            os.makedirs(args.runs_dir, exist_ok=True)
             for suffix in itertools.count(1):  # a run started in the same second gets _2, _3, ...: never a shared one
                 with contextlib.suppress(FileExistsError):  # mkdir is atomic: of two processes, one creates it
-                    os.mkdir(name := run_dir if suffix == 1 else f"{run_dir}_{suffix}")
+                    os.makedirs(name := run_dir if suffix == 1 else f"{run_dir}_{suffix}")  # and --runs-dir if need be
                     break
             run_dir = name
         except OSError as error:
