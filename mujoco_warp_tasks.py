@@ -16,8 +16,9 @@ actions and compares what they return.
 
 As EnvPool does, a world whose episode ended is reset on its next step: that step ignores the action and returns
 the first observation of the new episode with reward 0 (the training script masks it out), so that the step that
-ended the episode returns the real last observation, from which a truncation bootstraps. Everything stays on the
-device; there is no loop over worlds.
+ended the episode returns the real last observation, from which a truncation bootstraps. A world whose state went NaN
+or inf (an unstable simulation) terminates with a last observation and reward of 0. Everything stays on the device;
+there is no loop over worlds.
 """
 
 from __future__ import annotations
@@ -235,7 +236,11 @@ class WarpTasks:
         healthy = self.healthy()
         obs = self.observation(torch.zeros_like(restarting))
         rewards = self.reward(x_velocity, actions, healthy)
-        terminations = ~healthy
+        # An unstable world (NaN or inf in its state; MuJoCo C would reset it, MuJoCo Warp does not) terminates, and its
+        # last observation and reward read 0: nothing bootstraps from them, and a NaN would reach the normalisers
+        unstable = ~(obs.isfinite().all(1) & rewards.isfinite())
+        obs, rewards = torch.where(unstable[:, None], 0.0, obs), torch.where(unstable, 0.0, rewards)
+        terminations = ~healthy | unstable
         self.elapsed += 1
         truncations = self.elapsed >= self.max_episode_steps
         self.position_before.copy_(position_after)

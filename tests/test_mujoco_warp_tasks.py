@@ -117,16 +117,21 @@ def test_contacts_under_elliptic_cones(name, monkeypatch):
     assert largest_force > 1.0  # the comparison went through contacts
 
 
-def test_a_world_whose_state_went_nan_terminates_and_restarts_finite():
-    """A NaN state (an unstable simulation) fails Gymnasium's finite-state health check: the world terminates, and
-    its reset step is the new episode's finite first observation with reward 0, not NaN * 0."""
-    envs = mujoco_warp_tasks.WarpTasks("Ant", 4, seed=0, device=torch.device("cpu"))
+@pytest.mark.parametrize("name", ["Ant", "Humanoid"])
+def test_a_world_whose_state_went_nan_terminates_finite_and_restarts_finite(name):
+    """A NaN state (an unstable simulation) ends the world's episode (Ant's finite-state health check; Humanoid's
+    health check reads only the height, still finite after a NaN velocity): its last observation and reward are 0, not
+    NaN, so that no NaN reaches the normalisers or the loss; its reset step is the new episode's finite first
+    observation with reward 0, not NaN * 0; the other worlds go on."""
+    envs = mujoco_warp_tasks.WarpTasks(name, 4, seed=0, device=torch.device("cpu"))
     envs.reset()
     envs.qvel[0, 0] = float("nan")
-    _, _, terminations, _ = envs.step(torch.zeros(4, 8))
-    assert terminations[0] == 1
-    obs, rewards, terminations, _ = envs.step(torch.zeros(4, 8))  # world 0's reset step
-    assert obs[0].isfinite().all() and rewards[0] == 0 and terminations[0] == 0
+    actions = torch.zeros(4, envs.action_space.shape[0])
+    obs, rewards, terminations, _ = envs.step(actions)
+    assert terminations.tolist() == [1, 0, 0, 0] and obs.isfinite().all() and rewards.isfinite().all()
+    assert not obs[0].any() and rewards[0] == 0 and obs[1:].any(1).all()
+    obs, rewards, terminations, _ = envs.step(actions)  # world 0's reset step
+    assert obs[0].isfinite().all() and obs[0].any() and rewards[0] == 0 and terminations[0] == 0
 
 
 def test_reset_step_time_limit_and_reset_noise():
