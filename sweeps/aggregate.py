@@ -12,7 +12,8 @@ Subcommands:
             optimality gap of final scores with 95 % stratified bootstrap CIs (Agarwal et al.
             2021, `rliable`; a table and a figure), performance profiles, with --baseline the
             probability of improvement of each configuration over that one, IQM curves over
-            training, metric curves (every metrics/ tag), final IQM against N_envs, final score
+            training, metric curves (every metrics/ tag; with several games also one figure a game, its score
+            first, as the paper's Fig. 3 and 10), final IQM against N_envs, final score
             against the data-to-divergence ratio (DDR), and report.md with the numbers.
   coverage  state-space coverage (paper Fig. 2, 9; Appendix B.7): the embeddings.npz of
             runs made with --save-embeddings, projected to 2-D with UMAP (one projection per
@@ -470,7 +471,12 @@ def interpolate(grid: np.ndarray, steps: np.ndarray, values: np.ndarray) -> np.n
     return np.where((grid >= steps[0]) & (previous < steps[-1]), np.interp(grid, steps, values), np.nan)
 
 
-def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
+def plot_metric_curves(groups, grid, colors, out, pdf, game: str | None = None, label: str = "score") -> list[str]:
+    """Every metrics/ tag (and the schedule's charts that change) over training: mean and 95 % CI over each
+    configuration's runs, of every game together, or of one `game` with its `label` score first (the paper's Fig. 3 and
+    10 show each game's dynamics beside its returns: metric values of different games are not averaged there)."""
+    if game is not None:
+        groups = {config: {game: by_game[game]} for config, by_game in groups.items() if game in by_game}
     runs = [run for by_game in groups.values() for game_runs in by_game.values() for run in game_runs]
     tags = sorted(
         {tag for run in runs for tag, (steps, _) in run["scalars"].items() if tag.startswith("metrics/") and len(steps)}
@@ -478,28 +484,30 @@ def plot_metric_curves(groups, grid, colors, out, pdf) -> list[str]:
     tags += [tag for tag in SCHEDULE_TAGS if any(len(set(run["scalars"].get(tag, ((), ()))[1])) > 1 for run in runs)]
     if not tags:
         return tags
-    figure, axes = panel_grid(len(tags))
-    for axis, tag in zip(axes.flat, tags, strict=False):
+    panels = ([RETURN_TAG] if game is not None else []) + tags
+    figure, axes = panel_grid(len(panels))
+    for axis, tag in zip(axes.flat, panels, strict=False):
         for config, by_game in groups.items():
-            curves = [
-                interpolate(grid, *run["scalars"][tag])
-                for game_runs in by_game.values()
-                for run in game_runs
-                if len(run["scalars"].get(tag, ((), ()))[1])
-            ]
+            config_runs = [run for game_runs in by_game.values() for run in game_runs]
+            if tag == RETURN_TAG:
+                curves = [score_curve(run, grid) for run in config_runs]
+            else:
+                curves = [
+                    interpolate(grid, *run["scalars"][tag]) for run in config_runs if len(run["scalars"].get(tag, ((), ()))[1])
+                ]
             if not curves:
                 continue
             mean, half = mean_and_ci(np.array(curves))
             line = config if np.isfinite(mean).any() else None
             axis.plot(grid, mean, color=colors[config], label=line, marker=".", markersize=3)
             axis.fill_between(grid, mean - half, mean + half, color=colors[config], alpha=0.2)
-        axis.set_title(METRIC_TITLES.get(tag, tag.removeprefix("metrics/").replace("_", " ")))
+        axis.set_title(label if tag == RETURN_TAG else METRIC_TITLES.get(tag, tag.removeprefix("metrics/").replace("_", " ")))
         axis.set_xlabel("environment steps")
         axis.grid(alpha=0.3)
         if tag == "metrics/ddr":
             axis.set_yscale("log")
     legend_below(figure, axes.flat)
-    figure.suptitle("Learning dynamics: mean and 95 % CI over runs (all games)")
+    figure.suptitle(f"Learning dynamics ({game or 'all games'}): mean and 95 % CI over runs")
     save(figure, out, pdf)
     return tags
 
@@ -722,6 +730,11 @@ def report(
             curve_matrices, grid, colors, label, max(reps // 10, 100), os.path.join(out_dir, "iqm_curves.png"), pdf
         )
     tags = plot_metric_curves(groups, grid, colors, os.path.join(out_dir, "metric_curves.png"), pdf)
+    # each game's dynamics beside its score, as the paper's Fig. 3 and 10 (with several games the figure above pools them)
+    several = bool(tags) and len(games) > 1
+    game_figures = {game: "metric_curves_" + re.sub(r"[^\w.-]", "_", game) + ".png" for game in games if several}
+    for game, name in game_figures.items():
+        plot_metric_curves(groups, grid, colors, os.path.join(out_dir, name), pdf, game, label)
     if summary:
         plot_score_vs_envs(summary, label, os.path.join(out_dir, "score_vs_num_envs.png"), pdf)
         plot_aggregate_metrics(summary, names, colors, label, os.path.join(out_dir, "aggregate_metrics.png"), pdf)
@@ -800,7 +813,7 @@ def report(
     figures = ["learning_curves.png", "iqm_curves.png", "aggregate_metrics.png", "score_vs_num_envs.png"]
     figures += ["performance_profiles.png"] if has_profiles else []
     figures += ["probability_of_improvement.png"] if improvement else []
-    figures += ["metric_curves.png"] if tags else []
+    figures += ["metric_curves.png", *game_figures.values()] if tags else []
     figures += ["ddr_vs_score.png"] if has_ddr else []
     lines += ["", *[f"![{name}]({name})" for name in figures], ""]
     if DATA_NOTES:

@@ -1094,6 +1094,40 @@ def test_report_table_mean_is_the_mean_of_the_final_scores(monkeypatch, tmp_path
     assert "Probability of improvement" not in text and "- short: no run on Walker2d-v4: left out of the aggregate" in text
 
 
+def test_learning_dynamics_get_a_figure_a_game_with_its_score_beside_the_metrics(monkeypatch, tmp_path):
+    """The paper's Fig. 3 and 10 show each game's metrics beside its returns: with several games the report draws one
+    figure a game (its score first, its runs' metric values alone) besides the figure that pools the games."""
+    from sweeps import aggregate
+
+    runs = []
+    for game, offset in (("Breakout-v5", 10.0), ("Pong-v5", 30.0)):
+        for seed in (1, 2):
+            run = fake_run(game, "ppo", seed, [float(seed)]) | {"total_steps": 1000}
+            run["args"] |= {"batch_size": 1024, "update_epochs": 4}
+            run["scalars"]["metrics/weight_norm"] = (np.array([500, 1000]), np.full(2, offset + seed))
+            runs.append(run)
+    panels = {}  # per figure: each panel's title and the data of its lines (the figure itself is closed)
+
+    def save(figure, path, pdf):
+        panels[os.path.basename(path)] = [
+            (axis.get_title(), [list(line.get_ydata()) for line in axis.lines]) for axis in figure.axes
+        ]
+        aggregate.pyplot().close(figure)
+
+    monkeypatch.setattr(aggregate, "load_runs", lambda *_: runs)
+    monkeypatch.setattr(aggregate, "save", save)
+    monkeypatch.setattr(aggregate, "DATA_NOTES", [])
+    aggregate.report("sweep", str(tmp_path), 0.1, 2, 100, pdf=False, include_unfinished=False)
+    assert "![metric_curves_Pong-v5.png](metric_curves_Pong-v5.png)" in (tmp_path / "report.md").read_text()
+    assert panels["metric_curves.png"][0] == ("weight norm", [[21.5, 21.5]])  # 11, 12, 31, 32: every game's runs
+    pong_score = metrics.human_normalized_score("Pong-v5", np.array([1.5]))[0]  # seeds 1 and 2 score 1 and 2 at step 950
+    assert panels["metric_curves_Pong-v5.png"][:2] == [
+        ("human-normalised score", [[pytest.approx(np.nan, nan_ok=True), pytest.approx(pong_score)]]),
+        ("weight norm", [[31.5, 31.5]]),  # Pong's runs alone
+    ]
+    assert panels["metric_curves_Breakout-v5.png"][1] == ("weight norm", [[11.5, 11.5]])
+
+
 def test_launcher_rejects_a_commands_file_that_is_missing_or_a_directory(tmp_path):
     for path in (tmp_path / "missing.txt", tmp_path):
         env = {**os.environ, "LAUNCHER": "print", "LOG_DIR": str(tmp_path / "logs")}
