@@ -223,7 +223,7 @@ def grid_coverage(points: np.ndarray, grid: int = 50) -> float:
 # Score normalisation
 # --------------------------------------------------------------------------------------
 
-# (random, human) scores per game: the standard constants used by DQN Zoo's atari_data.py
+# (random, human) scores of the 57 Atari games: the standard constants of DQN Zoo's atari_data.py
 # (Mnih et al. 2015; Badia et al. 2020), keyed by EnvPool task name without "-v5".
 ATARI_RANDOM_HUMAN: dict[str, tuple[float, float]] = {
     # Atari-10 (Aitchison et al. 2023), the paper's games
@@ -248,6 +248,45 @@ ATARI_RANDOM_HUMAN: dict[str, tuple[float, float]] = {
     "Breakout": (1.7, 30.5),
     "Pong": (-20.7, 14.6),
     "BeamRider": (363.9, 16926.5),
+    # the rest of Atari-57: any EnvPool Atari game is human-normalised
+    "Alien": (227.8, 7127.7),
+    "Assault": (222.4, 742.0),
+    "Asterix": (210.0, 8503.3),
+    "Asteroids": (719.1, 47388.7),
+    "Atlantis": (12850.0, 29028.1),
+    "BankHeist": (14.2, 753.1),
+    "Berzerk": (123.7, 2630.4),
+    "Boxing": (0.1, 12.1),
+    "Centipede": (2090.9, 12017.0),
+    "ChopperCommand": (811.0, 7387.8),
+    "CrazyClimber": (10780.5, 35829.4),
+    "Defender": (2874.5, 18688.9),
+    "DemonAttack": (152.1, 1971.0),
+    "Enduro": (0.0, 860.5),
+    "FishingDerby": (-91.7, -38.7),
+    "Freeway": (0.0, 29.6),
+    "Gopher": (257.6, 2412.5),
+    "Hero": (1027.0, 30826.4),
+    "IceHockey": (-11.2, 0.9),
+    "Jamesbond": (29.0, 302.8),
+    "Kangaroo": (52.0, 3035.0),
+    "Krull": (1598.0, 2665.5),
+    "MsPacman": (307.3, 6951.6),
+    "RoadRunner": (11.5, 7845.0),
+    "Robotank": (2.2, 11.9),
+    "Seaquest": (68.4, 42054.7),
+    "Skiing": (-17098.1, -4336.9),
+    "SpaceInvaders": (148.0, 1668.7),
+    "StarGunner": (664.0, 10250.0),
+    "Surround": (-10.0, 6.5),
+    "Tennis": (-23.8, -8.3),
+    "TimePilot": (3568.0, 5229.2),
+    "Tutankham": (11.4, 167.6),
+    "UpNDown": (533.4, 11693.2),
+    "VideoPinball": (16256.9, 17667.9),
+    "WizardOfWor": (563.5, 4756.5),
+    "YarsRevenge": (3092.9, 54576.9),
+    "Zaxxon": (32.5, 9173.3),
 }
 ATARI_10 = "Amidar Bowling Frostbite KungFuMaster Riverraid BattleZone DoubleDunk NameThisGame Phoenix Qbert".split()
 HARD_EXPLORATION = ["MontezumaRevenge", "Venture", "PrivateEye", "Gravitar", "Solaris", "Pitfall"]

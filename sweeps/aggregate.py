@@ -21,9 +21,9 @@ Subcommands:
             G x G grid / G^2 per run. Scatter plots coloured by the critic's value, coverage.md.
   curves    learning curve of one tag for a few run directories, one line per run.
 
-Scores: Atari games with random/human constants in metrics.py are human-normalised,
+Scores: Atari games (the 57, DQN Zoo's random/human constants in metrics.py) are human-normalised,
 Procgen easy-mode games normalised with (R - R_min) / (R_max - R_min), other tasks
-(MuJoCo, Isaac Gym) stay raw returns. A run's final score is the mean over the episodes
+(MuJoCo, Isaac Gym) stay raw returns (a data note when they are pooled with normalised games). A run's final score is the mean over the episodes
 that end in the last --final-fraction of its training steps.
 """
 
@@ -690,6 +690,9 @@ def report(
     make_out_dir(out_dir)
     games = sorted({run["env_id"] for run in runs})
     label = score_label(games)
+    if label == "score":  # raw returns pooled with normalised scores: the aggregates mix scales (--strict: exit 1)
+        for game in (game for game in games if normalise(game, np.zeros(1))[1] == "return"):
+            data_note(game, "no normalising constants in metrics.py: its raw returns are pooled with normalised scores")
     colors = config_colors(configs)
     grid = np.linspace(0, max(run["total_steps"] for run in runs), points + 1)[1:]
 

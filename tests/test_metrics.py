@@ -200,14 +200,56 @@ DQN_ZOO_RANDOM_HUMAN = {
     "breakout": (1.7, 30.5),
     "pong": (-20.7, 14.6),
     "beam_rider": (363.9, 16926.5),
+    "alien": (227.8, 7127.7),
+    "assault": (222.4, 742.0),
+    "asterix": (210.0, 8503.3),
+    "asteroids": (719.1, 47388.7),
+    "atlantis": (12850.0, 29028.1),
+    "bank_heist": (14.2, 753.1),
+    "berzerk": (123.7, 2630.4),
+    "boxing": (0.1, 12.1),
+    "centipede": (2090.9, 12017.0),
+    "chopper_command": (811.0, 7387.8),
+    "crazy_climber": (10780.5, 35829.4),
+    "defender": (2874.5, 18688.9),
+    "demon_attack": (152.1, 1971.0),
+    "enduro": (0.0, 860.5),
+    "fishing_derby": (-91.7, -38.7),
+    "freeway": (0.0, 29.6),
+    "gopher": (257.6, 2412.5),
+    "hero": (1027.0, 30826.4),
+    "ice_hockey": (-11.2, 0.9),
+    "jamesbond": (29.0, 302.8),
+    "kangaroo": (52.0, 3035.0),
+    "krull": (1598.0, 2665.5),
+    "ms_pacman": (307.3, 6951.6),
+    "road_runner": (11.5, 7845.0),
+    "robotank": (2.2, 11.9),
+    "seaquest": (68.4, 42054.7),
+    "skiing": (-17098.1, -4336.9),
+    "space_invaders": (148.0, 1668.7),
+    "star_gunner": (664.0, 10250.0),
+    "surround": (-10.0, 6.5),
+    "tennis": (-23.8, -8.3),
+    "time_pilot": (3568.0, 5229.2),
+    "tutankham": (11.4, 167.6),
+    "up_n_down": (533.4, 11693.2),
+    "video_pinball": (16256.9, 17667.9),
+    "wizard_of_wor": (563.5, 4756.5),
+    "yars_revenge": (3092.9, 54576.9),
+    "zaxxon": (32.5, 9173.3),
 }
 
 
 def test_atari_constants_are_dqn_zoos():
+    """All 57 games, each under its EnvPool task name."""
+    import envpool
+
     snake_case = {
         re.sub(r"(?<!^)([A-Z])", r"_\1", game).lower(): scores for game, scores in metrics.ATARI_RANDOM_HUMAN.items()
     }
-    assert snake_case == DQN_ZOO_RANDOM_HUMAN
+    assert snake_case == DQN_ZOO_RANDOM_HUMAN and len(snake_case) == 57
+    assert {f"{game}-v5" for game in metrics.ATARI_RANDOM_HUMAN} <= set(envpool.list_all_envs())
 
 
 # Cobbe et al. 2020 (Procgen), easy mode: (R_min, R_max) of each game, transcribed separately from metrics.py

@@ -1058,6 +1058,26 @@ def test_normalise_knows_atari_procgen_and_the_rest():
     assert what == "return" and scores.tolist() == [7.0]
 
 
+def test_raw_returns_pooled_with_normalised_scores_are_a_data_note(monkeypatch, tmp_path):
+    """Every Atari-57 game is human-normalised (Seaquest pools with Breakout silently); a task without constants pooled
+    with normalised games is named in a note, which --strict turns into exit 1."""
+    from sweeps import aggregate
+
+    def notes(*games):
+        runs = [fake_run(game, "ppo", seed, [100.0 * seed]) | {"total_steps": 1000} for game in games for seed in (1, 2)]
+        for run in runs:
+            run["args"] |= {"batch_size": 1024, "update_epochs": 4}
+        monkeypatch.setattr(aggregate, "load_runs", lambda *_: runs)
+        monkeypatch.setattr(aggregate, "DATA_NOTES", [])
+        aggregate.report("sweep", str(tmp_path), 0.1, 2, 100, pdf=False, include_unfinished=False)
+        return aggregate.DATA_NOTES
+
+    monkeypatch.setattr(aggregate, "save", lambda figure, *_: aggregate.pyplot().close(figure))
+    assert notes("Breakout-v5", "Seaquest-v5") == [] and aggregate.normalise("Seaquest-v5", np.array([68.4]))[0] == [0.0]
+    message = "Hopper-v4: no normalising constants in metrics.py: its raw returns are pooled with normalised scores"
+    assert notes("Breakout-v5", "Hopper-v4") == [message]
+
+
 def test_moving_average_is_trailing_over_at_most_the_window():
     from sweeps import aggregate
 
