@@ -23,8 +23,8 @@ Subcommands:
 
 Scores: Atari games (the 57, DQN Zoo's random/human constants in metrics.py) are human-normalised,
 Procgen easy-mode games normalised with (R - R_min) / (R_max - R_min), other tasks
-(MuJoCo, Isaac Gym) stay raw returns (a data note when they are pooled with normalised games). A run's final score is the mean over the episodes
-that end in the last --final-fraction of its training steps.
+(MuJoCo, Isaac Gym) stay raw returns (a data note when they are pooled with normalised games). A run's final
+score is the mean over the episodes that end in the last --final-fraction of its training steps.
 """
 
 from __future__ import annotations
