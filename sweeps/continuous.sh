@@ -14,7 +14,8 @@
 #
 # CPU default: GAMES=Ant-v5 SEEDS="1" TOTAL_TIMESTEPS=65536 BASE=64x16 MULTIPLIERS="1 2".
 # Paper (SCALE=paper): GAMES=$CONTINUOUS_TASKS of sweeps/games.sh ("Ant Humanoid"; with -v5 on
-#   envpool), SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=30000000, BASE=1024x16, MULTIPLIERS="1 2 4 8".
+#   envpool), SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=30000000, BASE=1024x16, MULTIPLIERS="1 2 4 8": the budget, base and
+#   grid are ours (the paper gives none; its three Isaac Gym tasks are not named, the spec's two are Ant and Humanoid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source sweeps/games.sh

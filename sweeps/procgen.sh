@@ -10,7 +10,8 @@
 # CPU default: GAMES=Bigfish SEEDS="1" TOTAL_TIMESTEPS=8192 BASE=16x64 MULTIPLIERS="1 2"
 #   (the IMPALA CNN runs ~200 SPS on 2 CPU cores).
 # Paper scale (SCALE=paper): GAMES=$PROCGEN_GAMES (sweeps/games.sh), SEEDS="1 2 3 4 5" (Appendix A),
-#   TOTAL_TIMESTEPS=25000000 and BASE=64x256 (Table 2), MULTIPLIERS="1 2 4" (our grid: the paper gives none).
+#   TOTAL_TIMESTEPS=25000000 and BASE=64x256 (CleanRL's ppo_procgen.py defaults: the paper's Table 2 gives the network
+#   and optimiser, neither of these), MULTIPLIERS="1 2 4" (our grid: the paper gives none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source sweeps/games.sh
