@@ -31,8 +31,9 @@ declare -A FLAGS=(
     [fixed_128x8]="--num-envs 128 --num-steps 8"
     [grow]="--schedule 0:8x128,0.33:32x32,0.67:128x8"
     [shrink]="--schedule 0:128x8,0.33:32x32,0.67:8x128"
-    [target_ddr]="--num-envs 8 --num-steps 128 --target-ddr $TARGET_DDR ${TARGET_DDR_FINAL:+--target-ddr-final $TARGET_DDR_FINAL}"
+    [target_ddr]="--num-envs 8 --num-steps 128 --target-ddr $TARGET_DDR"
 )
+FLAGS[target_ddr]+="${TARGET_DDR_FINAL:+ --target-ddr-final $TARGET_DDR_FINAL}"
 
 for game in $GAMES; do
     for seed in $SEEDS; do
