@@ -19,7 +19,7 @@
 #                 exec: check the one command of the file as below and run it in this process (what a Slurm job does)
 #   JOBS          local parallel workers (default: one per NPROC GPUs seen, else 1; more runs than GPUs can
 #                 share them, e.g. JOBS=16 on 8 GPUs); they share the cores: unless OMP_NUM_THREADS is set, it
-#                 is cores / (JOBS x NPROC), which torch follows (a script training on a GPU takes 1 thread),
+#                 is cores / (workers x NPROC), workers = JOBS or fewer commands, which torch follows (a script training on a GPU takes 1 thread),
 #                 as runs that each take every core slow each other down; with several GPUs
 #                 (CUDA_VISIBLE_DEVICES's, else nvidia-smi's), each worker gets NPROC of its own (in turn,
 #                 when the workers need more than there are)
@@ -42,7 +42,10 @@
 # listed as a failure.
 # With LAUNCHER=slurm a command whose job is still queued or running (in squeue, by its job name: sweep-<checksum
 # of the command>) is skipped too, so that a sweep re-run while its jobs wait submits none twice.
-# Failed commands are listed at the end with their log files; the exit status is 1 then.
+# Failed commands are listed at the end with their log files; the exit status is 1 then. Ctrl-C (or SIGTERM to the
+# launcher) starts nothing more: the runs in flight get the signal, save a checkpoint and stop, and the launcher exits
+# with the signal's status once they have; a re-run resumes them. Paths in commands cannot hold spaces (flags are read
+# at whitespace). The flag comparison runs `python3` (3.8 or newer).
 set -uo pipefail
 
 LAUNCHER=${LAUNCHER:-local}
@@ -92,9 +95,10 @@ if script and os.path.isfile(words[script]):
     for node in ast.walk(ast.parse(open(words[script]).read())):
         if isinstance(node, ast.ClassDef) and node.name == "Args":
             for line in node.body:
-                if isinstance(line, ast.AnnAssign) and line.value and "Suppress" not in ast.unparse(line.annotation):
+                if isinstance(line, ast.AnnAssign) and line.value and "Suppress" not in ast.dump(line.annotation):
                     if all(isinstance(part, ARITHMETIC) for part in ast.walk(line.value)):
-                        defaults[line.target.id] = eval(ast.unparse(line.value), {"__builtins__": {}})
+                        value = compile(ast.Expression(line.value), words[script], "eval")  # no ast.unparse: Python 3.8 too
+                        defaults[line.target.id] = eval(value, {"__builtins__": {}})
                     else:
                         computed.add(line.target.id)
 
@@ -139,9 +143,10 @@ PYTHON
 }
 
 # Whether a process holds the run's lock: it trains the run. A shared lock for an instant, which only a trainer's
-# exclusive one refuses (a lock file that cannot be read, or a file system without locks: no).
+# exclusive one refuses (a lock file that cannot be read, a file system without locks, no python3 that runs: no).
 lock_held() {
-    [[ -f $1/lock ]] && ! python3 -c 'import errno, fcntl, sys
+    [[ -f $1/lock ]] || return 1
+    python3 -c 'import errno, fcntl, sys
 try:
     lock = open(sys.argv[1])
 except OSError:
@@ -149,7 +154,8 @@ except OSError:
 try:
     fcntl.lockf(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
 except OSError as error:
-    sys.exit(error.errno in (errno.EAGAIN, errno.EACCES))' "$1/lock"
+    sys.exit(3 if error.errno in (errno.EAGAIN, errno.EACCES) else 0)' "$1/lock" 2>/dev/null
+    (($? == 3))
 }
 
 # Print the command to run for this line: as is, with --resume, nothing when finished, "RUNNING <run>" when a process
@@ -172,7 +178,7 @@ resolve() {
         fi
         differences=""
         if [[ -f $run_dir/args.json ]] && ! differences=$(flag_differences "$run_dir/args.json" "$command" 2>&1); then
-            echo "CONFLICT cannot compare the command's flags with ${run_dir}args.json: $differences"
+            echo "CONFLICT cannot compare the command's flags with ${run_dir}args.json: $(tail -n 1 <<<"$differences")"
             return
         elif [[ -n $differences ]]; then
             echo "CONFLICT ${run_dir%/} was trained with other flags ($differences): give this sweep another RUNS_DIR"
@@ -248,7 +254,8 @@ if [[ $LAUNCHER == local ]]; then # (Slurm jobs keep the environment of their ow
     fi
     JOBS=${JOBS:-1}
     cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) # nproc: the cores this process may use
-    threads=$((cores / (JOBS * NPROC)))
+    workers=$((${#commands[@]} < JOBS ? ${#commands[@]} : JOBS)) # fewer commands than JOBS: the cores of the idle ones too
+    threads=$((cores / ((workers > 0 ? workers : 1) * NPROC)))
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((threads > 0 ? threads : 1))}
 fi
 
@@ -265,6 +272,7 @@ if [[ $LAUNCHER == slurm ]] && ! queued_jobs=$(squeue --noheader --user="$(id -u
 fi
 
 run_local() { # index, command, its GPUs (none: all)
+    trap : INT TERM # this worker outlives a Ctrl-C to report how its run ended (the run itself gets the default)
     local log="$LOG_DIR/$1.log"
     echo "[$1] $2" >"$log"
     if env ${3:+"CUDA_VISIBLE_DEVICES=$3"} bash -c "$2" >>"$log" 2>&1; then
@@ -277,8 +285,19 @@ run_local() { # index, command, its GPUs (none: all)
     fi
 }
 
+# Ctrl-C (SIGINT) or SIGTERM: start nothing more; the runs in flight get the signal too (each saves a checkpoint and
+# stops), then the summary, and the exit status of the signal. A re-run resumes them.
+stopped_by=""
+stop() {
+    stopped_by=$1
+    for pid in $(jobs -p); do pkill "-$1" -P "$pid" 2>/dev/null; done
+}
+trap 'stop INT' INT
+trap 'stop TERM' TERM
+
 index=0
 for line in "${commands[@]}"; do
+    [[ -n $stopped_by ]] && break
     index=$((index + 1))
     job_name="sweep-$(printf '%s' "$line" | cksum | cut -d' ' -f1)"
     if [[ $LAUNCHER == slurm ]] && grep -qxF "$job_name" <<<"$queued_jobs"; then
@@ -287,7 +306,8 @@ for line in "${commands[@]}"; do
         continue
     fi
     # locally, a free worker first: a run that another launcher on this RUNS_DIR started meanwhile is seen
-    [[ $LAUNCHER == local ]] && while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
+    [[ $LAUNCHER == local ]] && while [[ -z $stopped_by ]] && (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
+    [[ -n $stopped_by ]] && index=$((index - 1)) && break
     command=$(resolve "$line")
     if [[ $command == CONFLICT* ]]; then
         echo "[$index] NOT RUN: ${command#CONFLICT }"
@@ -316,7 +336,7 @@ for line in "${commands[@]}"; do
             echo "[$index] submitted job $job: $command"
         else
             echo "[$index] FAILED to submit: $job"
-            printf 'sbatch | %s | %s\n' "$command" "$job" >>"$failures"
+            printf 'sbatch | %s | %s\n' "$command" "${job//$'\n'/ }" >>"$failures"
         fi
     else
         devices=""
@@ -330,12 +350,17 @@ for line in "${commands[@]}"; do
         [[ -n $devices ]] && worker_pids[slot]=$!
     fi
 done
-wait
+while [[ -n $(jobs -rp) ]]; do wait; done # a signal ends a wait early: the runs in flight still finish their checkpoint
 
 waiting=$( ((queued)) && echo " and $queued queued or running")$( ((running)) && echo ", $running being trained")
 echo "launched $started ($resumed resumed from a checkpoint), skipped $skipped finished$waiting; logs in $LOG_DIR"
 if [[ -s $failures ]]; then
     echo "$(wc -l <"$failures") command(s) failed:"
     cat "$failures"
-    exit 1
 fi
+if [[ -n $stopped_by ]]; then
+    echo "stopped by SIG$stopped_by: $((${#commands[@]} - index)) command(s) not started; a re-run resumes the interrupted"
+    [[ $stopped_by == INT ]] && exit 130
+    exit 143
+fi
+[[ ! -s $failures ]] # exit 1 when a command failed

@@ -7,8 +7,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -62,7 +64,7 @@ def test_local_jobs_split_the_cores_between_them(tmp_path):
     commands_file = tmp_path / "commands.txt"
     torch_threads = f"{sys.executable} -c 'import torch; print(\"torch\", torch.get_num_threads())'"
     commands_file.write_text(f"echo threads $OMP_NUM_THREADS\necho pqn_atari.py --seed 1\n{torch_threads}\n")
-    for jobs, expected in (("1", cores), ("2", max(1, cores // 2)), ("64", 1)):
+    for jobs, expected in (("1", cores), ("2", max(1, cores // 2)), ("64", max(1, cores // 3))):  # 3 commands: 3 workers
         env = {**environment, "LOG_DIR": str(tmp_path / jobs), "JOBS": jobs}
         subprocess.run(["bash", LAUNCH, str(commands_file)], env=env, cwd=tmp_path, check=True, capture_output=True)
         assert f"threads {expected}" in (tmp_path / jobs / "1.log").read_text()
@@ -71,6 +73,58 @@ def test_local_jobs_split_the_cores_between_them(tmp_path):
     env = {**environment, "LOG_DIR": str(tmp_path / "set"), "JOBS": "2", "OMP_NUM_THREADS": "7"}  # the user's choice wins
     subprocess.run(["bash", LAUNCH, str(commands_file)], env=env, cwd=tmp_path, check=True, capture_output=True)
     assert "threads 7" in (tmp_path / "set" / "1.log").read_text()
+
+
+FAKE_RUN = """import signal, sys, time
+open(f"started_{sys.argv[1]}", "w").close()
+def stop(signum, frame):  # as the training scripts do: save, then exit 128 + the signal
+    open(f"saved_{sys.argv[1]}", "w").close()
+    sys.exit(128 + signum)
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_ctrl_c_or_sigterm_stops_the_sweep_once_the_runs_in_flight_have_saved(tmp_path, signum, to_group):
+    """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM to the launcher alone: the runs in flight get it and
+    save, nothing more starts, and the launcher says so and exits with the signal's status."""
+    (tmp_path / "fake_run.py").write_text(FAKE_RUN)
+    (tmp_path / "commands.txt").write_text("".join(f"{sys.executable} fake_run.py {i}\n" for i in range(1, 5)))
+    env = {**os.environ, "LOG_DIR": str(tmp_path / "logs"), "JOBS": "2"}
+    with subprocess.Popen(
+        ["bash", LAUNCH, "commands.txt"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+    ) as launcher:
+        for _ in range(600):
+            if (tmp_path / "started_1").exists() and (tmp_path / "started_2").exists():
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)  # their handlers are set
+        (os.killpg if to_group else os.kill)(launcher.pid, signum)
+        output = launcher.communicate(timeout=60)[0]
+    assert launcher.returncode == 128 + signum, output
+    assert output.count(f"FAILED (exit {128 + signum}: interrupted, a re-run resumes it)") == 2, output
+    assert f"stopped by {signum.name}: 2 command(s) not started" in output
+    assert sorted(path.name for path in tmp_path.glob("s*_*")) == ["saved_1", "saved_2", "started_1", "started_2"]
+
+
+def test_a_lock_check_that_cannot_run_holds_nothing_and_a_failure_is_one_line(tmp_path):
+    """Without a python3 that runs, a run's lock counts as free (a run that died before its first checkpoint is not
+    skipped as being trained for ever); an args.json that cannot be read is one failure, on one line."""
+    make_run(tmp_path / "runs", "Pong-v5__died__1__100", ["lock"])
+    broken = make_run(tmp_path / "runs", "Pong-v5__broken__1__100", ["done.json"])
+    (broken / "args.json").write_text("{not json")
+    commands = "".join(f"echo x.py --env-id Pong-v5 --exp-name {name}\n" for name in ("died", "broken"))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").write_text("#!/bin/sh\nexit 127\n")
+    (tmp_path / "bin" / "python3").chmod(0o755)
+    result = launch(commands, tmp_path, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert result.returncode == 1 and "[1] start: echo x.py --env-id Pong-v5 --exp-name died" in result.stdout
+    result = launch(commands, tmp_path)
+    assert "1 command(s) failed:" in result.stdout and result.stdout.rstrip().endswith(
+        "JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    ), result.stdout
 
 
 def make_run(runs_dir, name, files):
