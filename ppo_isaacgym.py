@@ -851,15 +851,15 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_a
 
 
 def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **modules) -> None:
-    """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
-    embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for). Not a copy: the
+    """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (a run killed while it saves
+    the model or films the video, e.g. by Slurm after its SIGTERM, resumes there and only finishes), embeddings, model
+    and video, then done.json (the completion marker that sweeps/launch.sh looks for). Not a copy: the
     observation statistics belong with the weights (saved with the model, checked identical over processes)."""
     progress.close()
     writer.close()
     interrupted = bool(stop_signal) and loop_state["global_step"] < args.planned_steps
     loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
-    checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
-    save_checkpoint(run_dir, args, loop_state, embeddings, **checkpointed)
+    save_checkpoint(run_dir, args, loop_state, embeddings, **modules)  # finished too: see the docstring
     if dist.is_initialized():  # summed gradients and moments keep every process's weights and normalisers equal
         state = [*modules["model"].parameters(), *modules["obs_rms"].buffers(), *modules["return_rms"].buffers()]
         gathered = all_ranks_list([torch.cat([tensor.detach().double().flatten() for tensor in state]).cpu()])

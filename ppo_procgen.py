@@ -873,14 +873,14 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_a
 
 # Copied from ppo_atari_envpool.finish_run
 def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, **modules) -> None:
-    """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (with --checkpoint-interval),
-    embeddings, model and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
+    """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (a run killed while it saves
+    the model or films the video, e.g. by Slurm after its SIGTERM, resumes there and only finishes), embeddings, model
+    and video, then done.json (the completion marker that sweeps/launch.sh looks for)."""
     progress.close()
     writer.close()
     interrupted = bool(stop_signal) and loop_state["global_step"] < args.planned_steps
     loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
-    checkpointed = modules if interrupted or args.checkpoint_interval else {}  # else only the embeddings
-    save_checkpoint(run_dir, args, loop_state, embeddings, **checkpointed)
+    save_checkpoint(run_dir, args, loop_state, embeddings, **modules)  # finished too: see the docstring
     if dist.is_initialized():  # summed gradients and normaliser moments keep every process's state identical: check once
         state = [module.state_dict().values() for module in modules.values() if isinstance(module, nn.Module)]
         gathered = all_ranks_list([torch.cat([t.detach().double().flatten() for tensors in state for t in tensors]).cpu()])

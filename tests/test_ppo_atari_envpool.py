@@ -383,13 +383,20 @@ def test_bf16_logs_the_losses_of_fp32_within_measured_tolerances_and_resumes_eit
 def test_the_checkpoint_of_a_phase_end_resumes_the_next_phase_as_the_run_went_on(monkeypatch, tmp_path, tiny_ppo_flags):
     """A --schedule run saves as each phase ends (a larger phase may not fit in memory). Resumed from that checkpoint,
     the next phase trains exactly as the uninterrupted run did: the same env seed for its new pool, torch's RNG restored.
-    4 iterations of 2 x 16, then 2 of 4 x 16; the finished run keeps the checkpoint of step 128."""
+    4 iterations of 2 x 16, then 2 of 4 x 16; the checkpoint of step 128 is copied as it is written."""
     flags = [*with_schedule(tiny_ppo_flags, "0:2x16,0.5:4x16"), "--seed", "3"]
-    run_main(monkeypatch, ppo_atari_envpool, [*flags, "--runs-dir", str(tmp_path / "a")])
-    run_dir, resumed = only_run_dir(tmp_path / "a"), tmp_path / "b"
+    resumed, save_checkpoint = tmp_path / "b", ppo_atari_envpool.save_checkpoint
     resumed.mkdir()
-    for name in ("checkpoint.pt", "args.json"):
-        (resumed / name).write_bytes(open(os.path.join(run_dir, name), "rb").read())
+
+    def save_and_copy_the_phase_end(run_dir, args, loop_state, embeddings, **modules):
+        save_checkpoint(run_dir, args, loop_state, embeddings, **modules)
+        for name in ("checkpoint.pt", "args.json") if loop_state["global_step"] == 128 else ():
+            (resumed / name).write_bytes(open(os.path.join(run_dir, name), "rb").read())
+
+    monkeypatch.setattr(ppo_atari_envpool, "save_checkpoint", save_and_copy_the_phase_end)
+    run_main(monkeypatch, ppo_atari_envpool, [*flags, "--runs-dir", str(tmp_path / "a")])
+    monkeypatch.setattr(ppo_atari_envpool, "save_checkpoint", save_checkpoint)
+    run_dir = only_run_dir(tmp_path / "a")
     assert torch.load(resumed / "checkpoint.pt", weights_only=True)["global_step"] == 128
     run_main(monkeypatch, ppo_atari_envpool, ["--resume", str(resumed / "checkpoint.pt")])
     uninterrupted, again = read_scalars(run_dir), read_scalars(str(resumed))
@@ -888,8 +895,9 @@ def test_torchrun_a_run_that_process_0_cannot_open_ends_every_process_without_a_
 
 
 def test_a_signal_after_the_last_rollout_still_finishes_the_run(tmp_path):
-    """A SIGTERM that lands during the last update: the run has trained its whole budget, so it finishes (done.json,
-    no checkpoint without --checkpoint-interval) instead of exiting 143 to be resumed for nothing."""
+    """A SIGTERM that lands during the last update: the run has trained its whole budget, so it finishes (done.json)
+    instead of exiting 143 to be resumed for nothing; its final checkpoint is written before the model and the video, so
+    that a run killed while it finishes resumes to finish (without --checkpoint-interval too)."""
     args = ppo_atari_envpool.validate_and_derive(
         ppo_atari_envpool.Args(num_envs=2, num_steps=16, total_timesteps=64, runs_dir=str(tmp_path))
     )
@@ -897,7 +905,28 @@ def test_a_signal_after_the_last_rollout_still_finishes_the_run(tmp_path):
     loop_state = {"iteration": 2, "global_step": 64}
     ppo_atari_envpool.finish_run(str(tmp_path), quiet, quiet, args, loop_state, [], [15], model=torch.nn.Linear(1, 1))
     assert json.load(open(tmp_path / "done.json")) == {"global_step": 64, "iterations": 2}
-    assert not (tmp_path / "checkpoint.pt").exists()
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert (checkpoint["iteration"], checkpoint["global_step"]) == (2, 64) and checkpoint["args"]["checkpoint_interval"] == 0
+
+
+def test_a_run_killed_while_it_films_its_video_resumes_only_to_finish(monkeypatch, tmp_path, tiny_ppo_flags):
+    """Without --checkpoint-interval too, the final checkpoint is written before the model and the video: a run that
+    dies while it films (e.g. Slurm's SIGKILL after its SIGTERM) resumes there, trains nothing more and finishes."""
+
+    def killed(*_):
+        raise RuntimeError("killed while filming")
+
+    monkeypatch.setattr(ppo_atari_envpool, "record_video", killed)
+    flags = [*tiny_ppo_flags, "--total-timesteps", "64", "--capture-video", "--runs-dir", str(tmp_path)]
+    with pytest.raises(RuntimeError, match="killed while filming"):
+        run_main(monkeypatch, ppo_atari_envpool, flags)
+    run_dir = only_run_dir(tmp_path)
+    assert not os.path.exists(os.path.join(run_dir, "done.json"))
+    filmed = []
+    monkeypatch.setattr(ppo_atari_envpool, "record_video", lambda agent, args, run_dir: filmed.append(run_dir))
+    run_main(monkeypatch, ppo_atari_envpool, ["--resume", os.path.join(run_dir, "checkpoint.pt")])
+    assert filmed == [run_dir] and json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 64, "iterations": 2}
+    assert [step for step, _ in read_scalars(run_dir)["losses/policy_loss"]] == [32, 64]  # each iteration once
 
 
 def test_sps_of_a_resumed_run_counts_its_own_steps(monkeypatch, tmp_path, tiny_ppo_flags):
