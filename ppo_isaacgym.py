@@ -142,7 +142,7 @@ class Args:
     save_model: bool = False
     """save the final model and normalisers to runs/.../{exp_name}.cleanrl_model"""
     checkpoint_interval: int = 0
-    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT)"""
+    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT and at the end)"""
     resume: str | None = None
     """path of a checkpoint.pt to continue from (its run's flags are used)"""
     # Speed: none of these changes what is learned, up to float rounding

@@ -122,7 +122,7 @@ class Args:
     save_model: bool = False
     """save the final model to runs/.../{exp_name}.cleanrl_model"""
     checkpoint_interval: int = 0
-    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT and as a --schedule phase ends)"""
+    """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT, --schedule phase ends, the end)"""
     resume: str | None = None
     """path of a checkpoint.pt to continue from (its run's flags are used)"""
     # Speed: none of these changes what is learned, up to float rounding
