@@ -124,6 +124,14 @@ def run_main(monkeypatch, script, argv):
             signal.signal(signum, handler)
 
 
+def assert_optimizer_went_on(final_checkpoint: dict) -> None:
+    """The final checkpoint's optimizer has a step for every minibatch of every iteration, those before a resume
+    included: a resume that restarted the optimizer (and the weights with it) counts only its own."""
+    args = final_checkpoint["args"]
+    expected = final_checkpoint["iteration"] * args["update_epochs"] * args["num_minibatches"]
+    assert {int(state["step"]) for state in final_checkpoint["optimizer"]["state"].values()} == {expected}
+
+
 def check_same_losses(
     monkeypatch,
     tmp_path,
@@ -142,12 +150,19 @@ def check_same_losses(
     inductor. Returns {run name: {tag: [(step, value), ...]}}."""
     import functools
 
-    if compile_backend != "inductor":
-        monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=compile_backend))
+    compile_function = (
+        torch.compile if compile_backend == "inductor" else functools.partial(torch.compile, backend=compile_backend)
+    )
+    compiled = []  # what each run compiled: --compile must compile something (equal losses alone pass if it is ignored)
+    monkeypatch.setattr(
+        torch, "compile", lambda *args, **kwargs: compiled.append(args[0]) or compile_function(*args, **kwargs)
+    )
     logged = {}
     for name, extra in {"default": [], **variants}.items():
+        compiled.clear()
         run_main(monkeypatch, script, [*flags, *extra, "--runs-dir", str(tmp_path / name)])
         logged[name] = read_scalars(only_run_dir(tmp_path / name))
+        assert bool(compiled) == ("--compile" in extra), (name, compiled)
     for name in variants:
         for tag in tags:
             expected = [value for _, value in logged["default"][tag]]

@@ -1,6 +1,7 @@
 """The copy checker (.ci/check_copies.py, run by `make lint`): main passes; a changed line in a copy fails, naming the
 file, the block and the line, with a diff; --fix restores the copy."""
 
+import ast
 import re
 import shutil
 import subprocess
@@ -44,6 +45,13 @@ def test_a_changed_line_in_a_copy_of_pqn_fails_with_a_diff_and_fix_restores_it(t
     assert fixed.returncode == 0 and f"rewrote {block}" in fixed.stdout
     assert (tmp_path / "pqn_atari.py").read_text() == original
     assert run_checker(tmp_path).returncode == 0
+    # the last line of the longest copied block too: every line is compared, not its start
+    copies = [node for node in ast.parse(original).body if "# Copied from" in lines[node.lineno - 2]]
+    longest = max(copies, key=lambda node: node.end_lineno - node.lineno)
+    lines = original.splitlines(keepends=True)
+    lines[longest.end_lineno - 1] = lines[longest.end_lineno - 1].rstrip("\n") + "  # a local edit\n"
+    (tmp_path / "pqn_atari.py").write_text("".join(lines))
+    assert f": {longest.name} differs from" in run_checker(tmp_path).stdout
 
 
 def test_markers_that_name_nothing_or_a_copy_fail(tmp_path):

@@ -47,6 +47,10 @@ def test_dormant_percentage_dense_and_conv_layers():
     assert metrics.dormant_percentage([conv_b], tau=0.1) == pytest.approx(50.0)
     # a score exactly at tau is dormant (Sokar et al.: s <= tau): means (79, 1), layer mean 40, 1 / 40 = 0.025
     assert metrics.dormant_percentage([torch.tensor([[79.0, 1.0]])]) == pytest.approx(50.0)
+    # tanh layers (ppo_isaacgym.py) output negative values: |h|, not h. Means of |h| (1, 1, 0.01): one dormant; signed
+    # means (0, -1, 0.01) would make two of the three dormant
+    tanh = torch.tensor([[1.0, -1.0, 0.01], [-1.0, -1.0, 0.01]])
+    assert metrics.dormant_percentage([tanh]) == pytest.approx(100 / 3)
 
 
 def test_hidden_activations_records_each_activation_output_inside_the_block_only():
@@ -175,6 +179,8 @@ def test_grid_coverage_counts_occupied_cells():
     points = np.array([[0.0, 0.0], [0.1, 0.1], [0.5, 0.5], [1.0, 1.0]])
     # G = 4: cells (0,0), (0,0), (2,2), (3,3) (the edge 1.0 is clamped into the last cell)
     assert metrics.grid_coverage(points, grid=4) == pytest.approx(3 / 16)
+    # the edge 1.0 shares the last cell with 0.9 (unclamped it would be a cell of its own, past the grid)
+    assert metrics.grid_coverage(np.array([[0.9, 0.9], [1.0, 1.0]]), grid=4) == pytest.approx(1 / 16)
     unit = metrics.rescale_to_unit_square(np.array([[2.0, -1.0], [4.0, 1.0], [3.0, 0.0]]))
     np.testing.assert_allclose(unit, [[0.0, 0.0], [1.0, 1.0], [0.5, 0.5]])
 

@@ -205,6 +205,22 @@ def test_ppo_loss_clips_the_ratio():
     assert negative["policy_loss"].item() == pytest.approx(1.5)  # pessimistic: unclipped loss kept
 
 
+def test_measure_agent_compares_the_updated_policy_with_the_behaviour_policy_in_that_direction():
+    """A state-independent update by hand (the actor head's weights 0, its bias (log 3, 0, 0, 0): pi_new = (1/2, 1/6,
+    1/6, 1/6)) from a uniform behaviour policy, actions 0-3 once each: KL(behaviour || new) = (log(1/2) + 3 log(3/2)) / 4
+    = 0.1308 (the other direction: 0.1438); ratios new / behaviour (2, 2/3, 2/3, 2/3), ESS 16 / (4 x 16/3) = 75 %
+    (behaviour / new: 89 %); the same policy in every state: no variance; DDR = batch / KL."""
+    agent = ppo_atari_envpool.Agent(4, separate_networks=False)
+    with torch.no_grad():
+        agent.actor.weight.zero_()
+        agent.actor.bias.copy_(torch.tensor([math.log(3.0), 0.0, 0.0, 0.0]))
+    obs = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    measured = ppo_atari_envpool.measure_agent(agent, obs, torch.arange(4), torch.zeros(4, 4), 1024, 0.025)
+    kl = (math.log(0.5) + 3 * math.log(1.5)) / 4
+    assert measured["kl_behavior"] == pytest.approx(kl, rel=1e-5) and measured["ddr"] == pytest.approx(1024 / kl, rel=1e-5)
+    assert measured["ess_pct"] == pytest.approx(75.0, rel=1e-5) and measured["policy_variance"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_ppo_loss_clips_a_falling_ratio_and_measures_k3_kl():
     # ratio 0.5 < 1 - eps with A = -1: the loss keeps the clipped 0.8 (pessimistic), not 0.5; k3 KL = (r - 1) - log r
     down = torch.full((1,), math.log(0.5))

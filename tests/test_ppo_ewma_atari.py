@@ -9,6 +9,7 @@ from dataclasses import asdict
 import pytest
 import torch
 from conftest import (
+    assert_optimizer_went_on,
     PPO_TAGS,
     TINY_PPO_FLAGS,
     check_bf16,
@@ -229,6 +230,7 @@ def test_sigterm_and_resume_keep_the_proximal_policy_and_the_adapted_centre_of_m
     monkeypatch.setattr(ppo_ewma_atari, "ewma_update", record_first_update)
     run_main(monkeypatch, ppo_ewma_atari, ["--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda"])
     assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 480, "iterations": 15}
+    assert_optimizer_went_on(torch.load(checkpoint_path, weights_only=True))
     # The saved proximal weights exactly: neither the agent's (which they lag, so a reset to them shows) nor a new
     # network's; and the saved W and centre of mass, not W = 1 or --ewma-com's 8.
     proximal, model = interrupted["proximal"], interrupted["model"]

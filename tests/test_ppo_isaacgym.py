@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
+    assert_optimizer_went_on,
     PLANTED,
     PPO_TAGS,
     ROOT,
@@ -374,6 +375,7 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     final = torch.load(checkpoint_path, weights_only=True)
+    assert_optimizer_went_on(final)
     assert final["iteration"] == 10 and final["global_step"] == 640
     # the normalisers continued from the checkpoint's, not restarted: TINY's 4 envs x 16 steps per resumed iteration
     assert_planted_statistics_continued(final, 4, 16 * (10 - interrupted["iteration"]))

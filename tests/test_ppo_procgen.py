@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
+    assert_optimizer_went_on,
     PLANTED,
     PPO_TAGS,
     check_bf16,
@@ -325,6 +326,7 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
     assert result.returncode == 0, result.stderr
     final = torch.load(checkpoint_path, weights_only=True)
+    assert_optimizer_went_on(final)
     assert final["iteration"] == 10 and final["global_step"] == 1280
     # the statistics continued from the checkpoint's, not restarted: TINY's 4 envs x 32 steps per resumed iteration
     assert_planted_statistics_continued(final["return_rms"], 4 * 32 * (10 - interrupted["iteration"]))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
+    assert_optimizer_went_on,
     PPO_TAGS,
     check_bf16,
     check_run_artifacts,
@@ -442,6 +443,7 @@ def test_sigterm_checkpoints_and_resume_keeps_the_normalisers(tmp_path):
     assert "warm-up" not in result.stdout
     assert only_run_dir(tmp_path) == run_dir  # same run directory
     final = torch.load(checkpoint_path, weights_only=True)
+    assert_optimizer_went_on(final)
     assert final["iteration"] == 10 and final["global_step"] == 320
     resumed_frames = 32 * (10 - interrupted_at)
     obs_stats = final["obs_rms"]

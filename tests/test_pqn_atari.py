@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import (
+    assert_optimizer_went_on,
     check_bf16,
     check_run_artifacts,
     check_same_losses,
@@ -274,6 +275,7 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path, tiny_pp
     assert result.returncode == 0, result.stderr
     assert only_run_dir(tmp_path) == run_dir  # same run directory
     final = torch.load(checkpoint_path, weights_only=True)
+    assert_optimizer_went_on(final)
     assert final["iteration"] == 10 and final["global_step"] == 320
     scalars = read_scalars(run_dir)
     steps = [step for step, _ in scalars["charts/SPS"]]
