@@ -9,9 +9,9 @@ from dataclasses import asdict
 import pytest
 import torch
 from conftest import (
-    assert_optimizer_went_on,
     PPO_TAGS,
     TINY_PPO_FLAGS,
+    assert_optimizer_went_on,
     check_bf16,
     check_run_artifacts,
     check_same_losses,

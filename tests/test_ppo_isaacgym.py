@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
-    assert_optimizer_went_on,
     PLANTED,
     PPO_TAGS,
     ROOT,
+    assert_optimizer_went_on,
     check_bf16,
     check_run_artifacts,
     check_same_losses,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
-    assert_optimizer_went_on,
     PPO_TAGS,
+    assert_optimizer_went_on,
     check_bf16,
     check_run_artifacts,
     check_same_losses,
