@@ -20,9 +20,9 @@
 #   JOBS          local parallel workers (default: one per NPROC GPUs seen, else 1; more runs than GPUs can
 #                 share them, e.g. JOBS=16 on 8 GPUs); they share the cores: unless OMP_NUM_THREADS is set, it
 #                 is cores / (workers x NPROC), workers = JOBS or the commands if fewer, which torch follows (a
-#                 script training on a GPU takes 1 thread), as runs that each take every core slow each other down; with several GPUs
-#                 (CUDA_VISIBLE_DEVICES's, else nvidia-smi's), each worker gets NPROC of its own (in turn,
-#                 when the workers need more than there are)
+#                 script training on a GPU takes 1 thread), as runs that each take every core slow each other
+#                 down; with several GPUs (CUDA_VISIBLE_DEVICES's, else nvidia-smi's), each worker gets NPROC of
+#                 its own (in turn, when the workers need more than there are)
 #   SBATCH_ARGS   extra sbatch arguments for LAUNCHER=slurm, e.g. "--gres=gpu:1 --time=24:00:00"
 #   LOG_DIR       where each command's output goes (default sweep_logs/<date-time>-<pid>)
 #   NPROC         run each command ("PYTHON SCRIPT FLAGS") as NPROC processes of one run with torchrun
