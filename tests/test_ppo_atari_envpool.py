@@ -38,6 +38,7 @@ from conftest import (
     with_schedule,
 )
 
+import metrics
 import ppo_atari_envpool
 from ppo_atari_envpool import compute_gae, minibatch_statistics, ppo_loss, reset_step_mask
 
@@ -943,6 +944,24 @@ def test_a_run_killed_while_it_films_its_video_resumes_only_to_finish(monkeypatc
     run_main(monkeypatch, ppo_atari_envpool, ["--resume", os.path.join(run_dir, "checkpoint.pt")])
     assert filmed == [run_dir] and json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 64, "iterations": 2}
     assert [step for step, _ in read_scalars(run_dir)["losses/policy_loss"]] == [32, 64]  # each iteration once
+
+
+def test_explained_variance_reads_values_against_returns_and_the_grad_norm_is_before_clipping(
+    monkeypatch, tmp_path, tiny_ppo_flags
+):
+    """The call sites of two metrics: explained_variance(predicted = the values, target = the GAE returns), and the
+    gradient norm logged as measured before clipping (--max-grad-norm 1e-6: clipped norms would all be 1e-6)."""
+    rollouts, calls = [], []
+    monkeypatch.setattr(
+        ppo_atari_envpool, "compute_gae", lambda *a, **k: rollouts.append(a[1].clone()) or compute_gae(*a, **k)
+    )
+    explained_variance = metrics.explained_variance
+    monkeypatch.setattr(metrics, "explained_variance", lambda *a: calls.append(a) or explained_variance(*a))
+    flags = [*tiny_ppo_flags, "--total-timesteps", "64", "--max-grad-norm", "1e-6", "--runs-dir", str(tmp_path)]
+    run_main(monkeypatch, ppo_atari_envpool, flags)
+    for values, (predicted, target) in zip(rollouts, calls, strict=True):
+        assert torch.isin(predicted, values).all() and not torch.isin(target, values).all()
+    assert all(value > 1e-5 for _, value in read_scalars(only_run_dir(tmp_path))["metrics/grad_norm"])
 
 
 def test_sps_of_a_resumed_run_counts_its_own_steps(monkeypatch, tmp_path, tiny_ppo_flags):
