@@ -141,7 +141,7 @@ def test_reset_step_time_limit_and_reset_noise():
     envs = mujoco_warp_tasks.WarpTasks("Ant", 64, seed=3, device=torch.device("cpu"), max_episode_steps=2)
     obs = envs.reset()
     init_qpos = torch.tensor(envs.mj_model.qpos0, dtype=torch.float32)
-    assert (envs.qpos - init_qpos).abs().max() <= 0.1 and 0.07 < envs.qvel.std() < 0.13
+    assert 0.09 < (envs.qpos - init_qpos).abs().max() <= 0.1 and 0.07 < envs.qvel.std() < 0.13  # noise, in its range
     assert obs.shape == (64, 105) and torch.equal(obs[:, 27:], torch.zeros(64, 78))  # no contact forces at a reset
     zero = torch.zeros(64, 8)
     _, _, terminations, truncations = envs.step(zero)

@@ -964,6 +964,19 @@ def test_explained_variance_reads_values_against_returns_and_the_grad_norm_is_be
     assert all(value > 1e-5 for _, value in read_scalars(only_run_dir(tmp_path))["metrics/grad_norm"])
 
 
+def test_the_non_finite_line_names_only_what_is_not_finite(monkeypatch, capsys):
+    monkeypatch.setattr(ppo_atari_envpool, "RUN_DIR", "")  # no run opened (an in-process run before this test set it)
+    finite, nan = torch.tensor([1.0, 2.0]), torch.tensor([0.5, math.nan])
+    ppo_atari_envpool.stop_if_not_finite(3, 96, rewards=finite, losses_or_gradients=finite)  # all finite: goes on
+    with pytest.raises(SystemExit) as stopped:
+        ppo_atari_envpool.stop_if_not_finite(3, 96, rewards=finite, losses_or_gradients=nan)
+    assert stopped.value.code == 1
+    assert (
+        capsys.readouterr().err
+        == "error: non-finite losses_or_gradients at iteration 3 (global step 96); no checkpoint was written\n"
+    )
+
+
 def test_sps_of_a_resumed_run_counts_its_own_steps(monkeypatch, tmp_path, tiny_ppo_flags):
     clock = itertools.count(1_000_000.0)  # every time.time() of the script one second after the last
     monkeypatch.setattr(ppo_atari_envpool, "time", SimpleNamespace(time=lambda: next(clock)))

@@ -351,6 +351,23 @@ def seeded_runs(tmp_path_factory):
     return run_twice(SCRIPT, runs_dir, flags, [*artifacts, *track], first_env=env)
 
 
+def test_the_policy_trains_on_ext_coef_times_the_extrinsic_plus_int_coef_times_the_intrinsic_advantage(monkeypatch, tmp_path):
+    """ext_coef * A_ext + int_coef * A_int (defaults 2 and 1): with A_ext = 1 and A_int = 10 everywhere, every
+    minibatch's advantage is 12 (the coefficients swapped: 21)."""
+
+    def constant(value, gae):
+        return lambda *args: (torch.full_like(args[0], value), gae(*args)[1])
+
+    monkeypatch.setattr(ppo_rnd_atari, "compute_gae", constant(1.0, ppo_rnd_atari.compute_gae))
+    monkeypatch.setattr(ppo_rnd_atari, "compute_intrinsic_gae", constant(10.0, ppo_rnd_atari.compute_intrinsic_gae))
+    seen, statistics = [], ppo_rnd_atari.minibatch_statistics
+    monkeypatch.setattr(
+        ppo_rnd_atari, "minibatch_statistics", lambda batch: seen.append(batch["advantages"]) or statistics(batch)
+    )
+    run_main(monkeypatch, ppo_rnd_atari, [*TINY_FLAGS, "--total-timesteps", "64", "--runs-dir", str(tmp_path)])
+    assert len(seen) == 4 and all(torch.equal(advantages, torch.full_like(advantages, 12.0)) for advantages in seen)
+
+
 def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
     result, run_dir = seeded_runs[0]
     assert "warm-up: 32 random-action steps" in result.stdout

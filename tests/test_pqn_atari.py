@@ -188,6 +188,19 @@ def test_layernorm_chw_on_an_nhwc_activation_equals_layernorm_on_nchw():
 # --------------------------------------------------------------------------------------
 
 
+def test_the_targets_bootstrap_from_max_q_of_the_next_observation(monkeypatch, tmp_path, tiny_ppo_flags):
+    """main() feeds compute_q_lambda_targets max_a Q(s_{t+1}, a) at row t: the max Q of the next step's acting pass
+    (the last row: of the observation after the rollout), not row t's own."""
+    acted, fed = [], []
+    greedy, targets = pqn_atari.epsilon_greedy, pqn_atari.compute_q_lambda_targets
+    monkeypatch.setattr(pqn_atari, "epsilon_greedy", lambda q, e: acted.append(q.max(dim=-1).values.clone()) or greedy(q, e))
+    monkeypatch.setattr(pqn_atari, "compute_q_lambda_targets", lambda *args: fed.append(args[1].clone()) or targets(*args))
+    run_main(monkeypatch, pqn_atari, [*tiny_ppo_flags, "--total-timesteps", "64", "--runs-dir", str(tmp_path)])
+    assert len(fed) == 2 and len(acted) == 32  # 2 iterations of 16 steps
+    for iteration, next_max_q in enumerate(fed):
+        assert torch.equal(next_max_q[:-1], torch.stack(acted[16 * iteration + 1 : 16 * (iteration + 1)]))
+
+
 def test_tiny_run_writes_every_tag_and_artifact(tmp_path, tiny_ppo_flags):
     artifacts = ["--save-model", "--save-embeddings", "--embeddings-per-iteration", "10", "--capture-video"]
     flags = [*tiny_ppo_flags, "--runs-dir", str(tmp_path), "--checkpoint-interval", "3", "--exploration-fraction", "0.5"]
