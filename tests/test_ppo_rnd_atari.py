@@ -368,6 +368,21 @@ def test_the_policy_trains_on_ext_coef_times_the_extrinsic_plus_int_coef_times_t
     assert len(seen) == 4 and all(torch.equal(advantages, torch.full_like(advantages, 12.0)) for advantages in seen)
 
 
+def test_the_intrinsic_return_filter_carries_over_from_one_rollout_to_the_next(monkeypatch, tmp_path):
+    """Non-episodic: each rollout's filter starts from the last one's final state, not from 0."""
+    calls, forward_filter = [], ppo_rnd_atari.reward_forward_filter
+
+    def recorded(rewards, valid, running, gamma):
+        filtered, final = forward_filter(rewards, valid, running, gamma)
+        calls.append((running.clone(), final.clone()))
+        return filtered, final
+
+    monkeypatch.setattr(ppo_rnd_atari, "reward_forward_filter", recorded)
+    run_main(monkeypatch, ppo_rnd_atari, [*TINY_FLAGS, "--total-timesteps", "96", "--runs-dir", str(tmp_path)])
+    assert len(calls) == 3 and not calls[0][0].any() and calls[0][1].all()
+    assert all(torch.equal(start, final) for (start, _), (_, final) in zip(calls[1:], calls[:-1], strict=True))
+
+
 def test_tiny_run_writes_every_tag_and_artifact(seeded_runs):
     result, run_dir = seeded_runs[0]
     assert "warm-up: 32 random-action steps" in result.stdout
