@@ -428,9 +428,9 @@ def main() -> None:
     finished_games: list[tuple[int, float, int]] = []  # (global step, return, length)
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step, iteration = time.time(), global_step, start_iteration - 1
     phase = phase_at(args, global_step)
     envs, rollout, host, next_obs, host_obs, next_done, game_return = start_phase(args, phase, start_iteration, device, agent)
+    start_time, start_step, iteration = time.time(), global_step, start_iteration - 1  # SPS: env creation excluded
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         # ==== COLLECT ROLLOUT: N_RO steps of N_envs environments with the current policy ====

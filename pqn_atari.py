@@ -361,12 +361,12 @@ def main() -> None:
     # that matters is the whole game (info["terminated"] marks the real game over).
     recent_returns: deque[float] = deque(maxlen=20)
     embeddings: list[dict[str, np.ndarray]] = []
-    start_time, start_step, iteration = time.time(), global_step, start_iteration - 1
     exploration_steps = args.exploration_fraction * args.total_timesteps
     phase = phase_at(args, global_step)
     envs, rollout, host, next_obs, host_obs, next_done, game_return = start_phase(
         args, phase, start_iteration, device, q_network
     )
+    start_time, start_step, iteration = time.time(), global_step, start_iteration - 1  # SPS: env creation excluded
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         # ==== COLLECT ROLLOUT: N_RO steps of N_envs environments, epsilon-greedy in the current Q-network ====

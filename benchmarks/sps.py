@@ -100,7 +100,7 @@ class Args:
     metrics_interval: int = 10
     """the interval measured against metrics off (the script's default is 10)"""
     metrics_batch: int = 2048
-    """states in the metrics batch (the scripts' --metrics-batch default)"""
+    """states in the metrics batch, passed to every run (the scripts' --metrics-batch default)"""
     repeats: int = 1
     """training runs per setting, the settings alternated; the median is reported"""
     candidates: tuple[str, ...] = ("bf16",)
@@ -246,6 +246,8 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
             str(args.total_timesteps),
             "--metrics-interval",
             str(metrics_interval),
+            "--metrics-batch",  # the batch that the direct timing measures
+            str(args.metrics_batch),
             "--runs-dir",
             runs_dir,
             "--cuda" if args.cuda else "--no-cuda",
