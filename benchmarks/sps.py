@@ -340,6 +340,9 @@ def main() -> None:
     )
     batch_size = args.num_envs * args.num_steps
     raw, observations, rows = {}, {}, []
+    import torch  # noqa: PLC0415 - after the checks: --help and refusals stay fast
+
+    torch.set_num_threads(1 if args.cuda else os.cpu_count() or 1)  # the direct timing: the training runs' threads
     for env_id in dict.fromkeys(task_of(args, script) for script in args.scripts):
         raw[env_id] = raw_envpool_sps(env_id, args.num_envs, args.raw_steps)
         observations[env_id] = real_observations(env_id, args.num_envs, min(args.metrics_batch, batch_size))
