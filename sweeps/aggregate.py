@@ -734,8 +734,8 @@ def report(
         )
     tags = plot_metric_curves(groups, grid, colors, os.path.join(out_dir, "metric_curves.png"), pdf)
     # each game's dynamics beside its score, as the paper's Fig. 3 and 10 (with several games the figure above pools them)
-    several = bool(tags) and len(games) > 1
-    game_figures = {game: "metric_curves_" + re.sub(r"[^\w.-]", "_", game) + ".png" for game in games if several}
+    figure_names = {game: "metric_curves_" + re.sub(r"[^\w.-]", "_", game) + ".png" for game in games}
+    game_figures = figure_names if tags and len(games) > 1 else {}
     for game, name in game_figures.items():
         plot_metric_curves(groups, grid, colors, os.path.join(out_dir, name), pdf, game, label)
     if summary:
