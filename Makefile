@@ -3,10 +3,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt constraints.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-nodeps.txt constraints.txt | cksum | cut -d' ' -f1)
 DEMO_DIR := demo_runs
 
-.PHONY: setup system-packages demo test lint format fix-copies bench constraints clean
+.PHONY: setup kinetix-cuda system-packages demo test lint format fix-copies bench constraints clean
 
 setup: $(STAMP) system-packages
 
@@ -23,20 +23,30 @@ system-packages:
 			|| { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libqt5gui5 libegl1 > /dev/null; } \
 			|| { echo "could not install libqt5gui5 libegl1: install Qt 5 and EGL by hand (e.g. dnf install qt5-qtbase mesa-libEGL)"; exit 1; }; }
 
-$(STAMP): requirements.txt constraints.txt
+$(STAMP): requirements.txt requirements-nodeps.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch alone first, from its exact pin, so that nothing else chooses its build
 	$(PY) -m pip install --quiet -c constraints.txt "$$(grep '^torch==' requirements.txt)"
 	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
+	# Kinetix and the JAX libraries under it without their published dependencies (requirements-nodeps.txt says why)
+	$(PY) -m pip install --quiet --no-deps --no-warn-conflicts -r requirements-nodeps.txt -c constraints.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# Pin again every package that requirements.txt pulls in (after changing it): a fresh install in a scratch venv, frozen.
+# On a GPU machine, after `make setup`: JAX's CUDA 13 build (torch 2.13's CUDA) for ppo_kinetix.py, i.e. the
+# jax-cuda13-plugin and jax-cuda13-pjrt wheels of requirements.txt's jax version. The NVIDIA CUDA 13 wheels that torch
+# installed satisfy it (it adds nvidia-cuda-nvcc, -crt and nvvm); constraints.txt pins none of them.
+kinetix-cuda: $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt "jax[cuda13]==$$(sed -n 's/^jax==//p' requirements.txt)"
+
+# Pin again every package that requirements.txt and requirements-nodeps.txt pull in (after changing either): a fresh
+# install in a scratch venv (requirements-nodeps.txt with --no-deps, as above), frozen.
 constraints:
 	rm -rf $(VENV)-constraints && $(PYTHON) -m venv $(VENV)-constraints
 	$(VENV)-constraints/bin/pip install --quiet "$$(grep '^torch==' requirements.txt)"
 	$(VENV)-constraints/bin/pip install --quiet -r requirements.txt
+	$(VENV)-constraints/bin/pip install --quiet --no-deps --no-warn-conflicts -r requirements-nodeps.txt
 	{ grep '^#' constraints.txt; $(VENV)-constraints/bin/pip freeze | grep -v '^torch=='; } > constraints.txt.tmp
 	mv constraints.txt.tmp constraints.txt
 	rm -rf $(VENV)-constraints
