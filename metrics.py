@@ -178,6 +178,43 @@ def categorical_policy_change(
     }
 
 
+def multi_discrete_policy_change(
+    logits: torch.Tensor,
+    behavior_logits: torch.Tensor,
+    actions: torch.Tensor,
+    action_sizes: Sequence[int],
+    batch_size: int,
+) -> dict[str, float]:
+    """`categorical_policy_change` for a MultiDiscrete policy: independent categoricals, one per head (Kinetix's
+    [3, 3, 3, 3, 2, 2]). `logits` and `behavior_logits` are (B, sum(action_sizes)), the heads' logits side by side in
+    the order of `action_sizes`; `actions` is (B, heads), the index chosen in each head. log pi(a|s) is the sum over
+    the heads, so ess_pct is of the joint ratio exp(sum over heads of log pi_new - log pi_behavior); kl_behavior is the
+    mean over states of the exact joint KL(pi_behavior || pi_new), for independent heads the sum of the heads'
+    categorical KLs (float64, as categorical_kl); policy_variance is the across-state variance of pi(a|s) of every
+    action of every head, averaged over all sum(action_sizes) actions; ddr = batch_size / kl_behavior."""
+    sizes = [int(size) for size in action_sizes]
+    if logits.shape[-1] != sum(sizes) or behavior_logits.shape != logits.shape or actions.shape[-1] != len(sizes):
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and {tuple(behavior_logits.shape)}, actions {tuple(actions.shape)}: expected "
+            f"(B, {sum(sizes)}) logits and (B, {len(sizes)}) actions for the heads {sizes}"
+        )
+    heads = torch.split(logits, sizes, dim=-1)
+    behavior_heads = torch.split(behavior_logits, sizes, dim=-1)
+    log_probs = [torch.log_softmax(head, dim=-1) for head in heads]
+    log_ratio = sum(
+        (head_log_probs - torch.log_softmax(behavior_head, dim=-1)).gather(-1, actions[:, i, None].long()).squeeze(-1)
+        for i, (head_log_probs, behavior_head) in enumerate(zip(log_probs, behavior_heads, strict=True))
+    )
+    joint_kl = sum(categorical_kl(behavior_head, head) for behavior_head, head in zip(behavior_heads, heads, strict=True))
+    kl_behavior = joint_kl.mean().item()
+    return {
+        "ess_pct": ess_percentage(log_ratio.exp()),
+        "policy_variance": categorical_policy_variance(torch.cat(log_probs, dim=-1).exp()),
+        "kl_behavior": kl_behavior,
+        "ddr": data_to_divergence_ratio(batch_size, kl_behavior),
+    }
+
+
 def gaussian_policy_change(
     mean: torch.Tensor,
     std: torch.Tensor,

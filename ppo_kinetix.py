@@ -116,7 +116,7 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_coef: float = 0.2
-    """PPO surrogate clipping epsilon (the first one, with --target-ddr)"""
+    """PPO surrogate clipping epsilon (the first one, with --target-ddr); 0 is allowed: Beukman Fig. 6b"""
     ewma_com: float | None = None
     """PPO-EWMA: the proximal policy's EWMA centre of mass in optimizer steps, beta = com / (com + 1); absent: PPO"""
     importance_weight_cap: float = 100.0
@@ -710,7 +710,7 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
         levels = jax.jit(jax.vmap(sample))(keys)
         names = [f"{args.task_set}_{i}" for i in range(args.num_tasks)]
     levels = jax.tree.map(np.asarray, levels)  # numpy: strongly typed, so the compiled step never sees another type
-    if not load and not handmade and RANK == 0:
+    if run_dir and not load and not handmade and RANK == 0:
         buffer = io.BytesIO()
         np.savez_compressed(buffer, names=np.array(names), **{f"leaf_{i}": x for i, x in enumerate(jax.tree.leaves(levels))})
         write_atomically(path, buffer.getvalue())
@@ -737,7 +737,7 @@ class KinetixTasks:
         self.key = jax.device_put(jax.random.PRNGKey(seed), self.device)
         self.levels = jax.device_put(tasks.levels, self.device)  # the task set, on the device once
         self.batched_step = jax.jit(self._batched_step)  # compiled once per number of environments and of levels
-        self.observe = jax.jit(jax.vmap(self.env.get_obs))
+        self.first_states = jax.jit(self._first_states)  # the levels' start and observation in one compiled call
         self.obs_dim = self.env.observation_space(self.params).shape[0]
         self.states = None
 
@@ -750,8 +750,12 @@ class KinetixTasks:
             index = jax.random.randint(key, (self.num_envs,), 0, jax.tree.leaves(levels)[0].shape[0])
         else:
             index = jax.device_put(level_index.numpy(), self.device)
-        self.states = jax.tree.map(lambda x: x[index], levels)
-        return torch.from_dlpack(self.observe(self.states))
+        self.states, obs = self.first_states(levels, index)
+        return torch.from_dlpack(obs)
+
+    def _first_states(self, levels, index):
+        states = jax.tree.map(lambda x: x[index], levels)
+        return states, jax.vmap(self.env.get_obs)(states)
 
     def step(self, actions: torch.Tensor, levels=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step of every environment: the observations to act on (a new episode's first where one ended), the last
@@ -796,9 +800,10 @@ def validate_and_derive(args: Args) -> Args:
     require_signs(
         args,
         positive="total_timesteps num_envs num_steps update_epochs num_minibatches lr_reference_envs num_tasks "
-        "metrics_batch embeddings_per_iteration learning_rate adam_eps clip_coef max_grad_norm target_kl minibatch_size "
+        "metrics_batch embeddings_per_iteration learning_rate adam_eps max_grad_norm target_kl minibatch_size "
         "torch_threads target_ddr target_ddr_final adapt_rate ddr_batch importance_weight_cap eval_attempts",
-        non_negative="checkpoint_interval metrics_interval eval_interval ent_coef vf_coef dormant_tau ewma_com task_seed",
+        non_negative="checkpoint_interval metrics_interval eval_interval ent_coef vf_coef dormant_tau ewma_com task_seed "
+        "clip_coef",
     )
     cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault
     require((args.torch_threads or 1) <= cpus, f"--torch-threads {args.torch_threads} is more than the {cpus} CPUs here")
@@ -814,6 +819,9 @@ def validate_and_derive(args: Args) -> Args:
     except ImportError as error:
         fail(f"Kinetix cannot be imported ({error}): `make setup` installs it (requirements-nodeps.txt)")
     require(args.task_set != "locomotion" or args.env_size != "s", "--task-set locomotion needs --env-size m or l")
+    if args.resume:  # the task set that the run trained on
+        tasks = os.path.join(os.path.dirname(os.path.abspath(args.resume)), "tasks.npz")
+        require(os.path.isfile(tasks), f"--resume: {tasks} is missing: the run's task set is stored there")
     if args.task_set == "handmade" and args.levels:  # names of every size class: a level may be smaller than the class
         known = {name for size in "sml" for name in level_names(size)}
         unknown = [name for name in args.levels.split(",") if name not in known]

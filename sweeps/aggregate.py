@@ -24,7 +24,10 @@ Subcommands:
 Scores: Atari games (the 57, DQN Zoo's random/human constants in metrics.py) are human-normalised,
 Procgen easy-mode games normalised with (R - R_min) / (R_max - R_min), other tasks
 (MuJoCo, Isaac Gym) stay raw returns (a data note when they are pooled with normalised games). A run's final
-score is the mean over the episodes that end in the last --final-fraction of its training steps.
+score is the mean over the episodes that end in the last --final-fraction of its training steps. A Kinetix run
+(ppo_kinetix.py, env_id Kinetix-<task set>-<size>) scores its solve rate instead of a return: charts/solve_rate, the
+fraction of its training tasks solved, already in [0, 1] (not normalised), its final score the mean of the
+evaluations in that last fraction (a data note when it is pooled with other games' scores).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import contextlib
 import glob
 import io
 import json
+import multiprocessing
 import os
 import re
 import sys
@@ -47,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import metrics  # noqa: E402 - the project's one shared module, one directory up
 
 RETURN_TAG = "charts/episodic_return"
+SOLVE_RATE_TAG = "charts/solve_rate"  # a Kinetix run's score: the fraction of its training tasks solved
 METRIC_TITLES = {
     "metrics/feature_rank": "feature rank",
     "metrics/feature_rank_critic": "feature rank (critic)",
@@ -166,10 +171,13 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
     # Reading the event files is most of a paper-scale report's time (benchmarks/read_events.py): a process per core
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # a Slurm job's
     dirs = [run["dir"] for run in runs]
+    # Forked workers start fastest, but a fork of a process with JAX's threads (one that imported ppo_kinetix.py, e.g. a
+    # test session) can deadlock: those get workers from a fork server, which has no such threads
     try:
-        pool = concurrent.futures.ProcessPoolExecutor(max(1, min(len(runs), cores)))
-    except (NotImplementedError, OSError):  # no POSIX semaphores (some containers): the runs are read in this process
-        pool = None
+        start = multiprocessing.get_context("forkserver" if "jax" in sys.modules else None)
+        pool = concurrent.futures.ProcessPoolExecutor(max(1, min(len(runs), cores)), start)
+    except (NotImplementedError, OSError, ValueError):  # no POSIX semaphores (some containers), no fork server (ValueError):
+        pool = None  # the runs are read in this process
     with pool or contextlib.nullcontext():
         read = pool.map(read_run, dirs) if pool else ((read_scalars(run_dir), []) for run_dir in dirs)
         for run, (scalars, notes) in zip(runs, read, strict=True):
@@ -196,8 +204,28 @@ def load_runs(sweep_dir: str, include_unfinished: bool) -> list[dict]:
     return [run for _, run in best.values()]
 
 
-def score_label(env_ids: list[str]) -> str:
-    kinds = {normalise(env_id, np.zeros(1))[1] for env_id in env_ids}
+def is_kinetix(run: dict) -> bool:
+    """A run of ppo_kinetix.py (or of a Kinetix task): its score is the solve rate, not the return."""
+    return run["args"].get("script") == "ppo_kinetix.py" or run["env_id"].startswith("Kinetix-")
+
+
+def score_tag(run: dict) -> str:
+    """The tag of a run's score: the solve rate of a Kinetix run, the episodic return of the others."""
+    return SOLVE_RATE_TAG if is_kinetix(run) else RETURN_TAG
+
+
+def score_kind(run: dict) -> str:
+    """What a run's score is: "solve rate" (Kinetix, in [0, 1] as logged), else the kind of `normalise`."""
+    return "solve rate" if is_kinetix(run) else normalise(run["env_id"], np.zeros(1))[1]
+
+
+def run_scores(run: dict, values: np.ndarray) -> np.ndarray:
+    """The run's logged score values (of its `score_tag`) as scores: a solve rate as is, returns normalised."""
+    return values if is_kinetix(run) else normalise(run["env_id"], values)[0]
+
+
+def score_label(runs: list[dict]) -> str:
+    kinds = {score_kind(run) for run in runs}
     return kinds.pop() if len(kinds) == 1 else "score"
 
 
@@ -214,15 +242,19 @@ def normalise(env_id: str, returns: np.ndarray) -> tuple[np.ndarray, str]:
 
 
 def final_score(run: dict, final_fraction: float) -> float:
-    """Mean normalised return of the episodes ending in the last `final_fraction` of training."""
-    steps, returns = run["scalars"].get(RETURN_TAG, (np.zeros(0), np.zeros(0)))
+    """Mean normalised return of the episodes ending in the last `final_fraction` of training (a Kinetix run: mean
+    solve rate of the evaluations there)."""
+    steps, returns = run["scalars"].get(score_tag(run), (np.zeros(0), np.zeros(0)))
     window = returns[steps > (1.0 - final_fraction) * run["total_steps"]]
     if len(window) == 0 and len(returns):
-        data_note(run["dir"], f"no episode ended in the last {final_fraction:.0%} of the steps: its last 10 episodes score")
-        window = returns[-10:]
+        last = "its last solve rate scores" if is_kinetix(run) else "its last 10 episodes score"
+        what = "no solve rate was evaluated" if is_kinetix(run) else "no episode ended"
+        data_note(run["dir"], f"{what} in the last {final_fraction:.0%} of the steps: {last}")
+        window = returns[-1:] if is_kinetix(run) else returns[-10:]
     elif len(window) == 0:
-        data_note(run["dir"], "no episode ended with a finite return: no final score (left out of the aggregate)")
-    return float(normalise(run["env_id"], window)[0].mean()) if len(window) else float("nan")
+        what = f"no finite {SOLVE_RATE_TAG}" if is_kinetix(run) else "no episode ended with a finite return"
+        data_note(run["dir"], f"{what}: no final score (left out of the aggregate)")
+    return float(run_scores(run, window).mean()) if len(window) else float("nan")
 
 
 def last_step(run: dict) -> int:
@@ -231,10 +263,11 @@ def last_step(run: dict) -> int:
 
 
 def score_curve(run: dict, grid: np.ndarray) -> np.ndarray:
-    """Mean normalised return of the episodes ending in each interval (grid[i-1], grid[i]]; an interval without
-    episodes repeats the previous value; NaN (a gap) before the run's first episode and past its last logged step."""
-    steps, returns = run["scalars"].get(RETURN_TAG, (np.zeros(0), np.zeros(0)))
-    scores = normalise(run["env_id"], returns)[0]
+    """Mean normalised return of the episodes ending in each interval (grid[i-1], grid[i]] (a Kinetix run: mean solve
+    rate of the evaluations there); an interval without episodes repeats the previous value; NaN (a gap) before the
+    run's first episode and past its last logged step."""
+    steps, returns = run["scalars"].get(score_tag(run), (np.zeros(0), np.zeros(0)))
+    scores = run_scores(run, returns)
     curve = np.full(len(grid), np.nan)
     edges = np.concatenate([[-1], grid])
     for i in range(len(grid)):
@@ -312,8 +345,8 @@ AGGREGATE_NAMES = ("median", "IQM", "mean", "optimality gap")
 def aggregate_metrics(scores: np.ndarray, normalised: bool) -> np.ndarray:
     """rliable's four aggregates of a (runs, games) matrix of final scores, in AGGREGATE_NAMES' order: the median and the
     mean over games of each game's mean over runs, the IQM over all runs x games, and, for normalised scores only, the
-    optimality gap: the mean shortfall below 1 (human level on Atari, the maximum on Procgen; a score above 1 counts as 1),
-    lower is better. Raw returns have no such level: three values."""
+    optimality gap: the mean shortfall below 1 (human level on Atari, the maximum on Procgen, every task solved on Kinetix;
+    a score above 1 counts as 1), lower is better. Raw returns have no such level: three values."""
     from rliable import metrics as rliable_metrics  # noqa: PLC0415
 
     values = [rliable_metrics.aggregate_median(scores), iqm(scores), rliable_metrics.aggregate_mean(scores)]
@@ -689,10 +722,12 @@ def report(
         sys.exit(2)
     make_out_dir(out_dir)
     games = sorted({run["env_id"] for run in runs})
-    label = score_label(games)
-    if label == "score":  # raw returns pooled with normalised scores: the aggregates mix scales (--strict: exit 1)
-        for game in (game for game in games if normalise(game, np.zeros(1))[1] == "return"):
+    label, kinds = score_label(runs), {run["env_id"]: score_kind(run) for run in runs}
+    if label == "score":  # raw returns or solve rates pooled with normalised scores: the aggregates mix scales (--strict: 1)
+        for game in (game for game in games if kinds[game] == "return"):
             data_note(game, "no normalising constants in metrics.py: its raw returns are pooled with normalised scores")
+        for game in (game for game in games if kinds[game] == "solve rate"):
+            data_note(game, "a Kinetix solve rate (the fraction of its tasks solved) is pooled with other games' scores")
     colors = config_colors(configs)
     grid = np.linspace(0, max(run["total_steps"] for run in runs), points + 1)[1:]
 
@@ -755,11 +790,13 @@ def report(
         improvement = {c: (float(estimates[c]), None if c in single else np.ravel(intervals[c]).tolist()) for c in pairs}
         plot_improvement(improvement, baseline, colors, os.path.join(out_dir, "probability_of_improvement.png"), pdf)
 
+    over = "the episodes ending" + (" (Kinetix: the solve-rate evaluations)" if "solve rate" in kinds.values() else "")
+    over = "the solve-rate evaluations (charts/solve_rate)" if label == "solve rate" else over
     lines = [
         f"# {os.path.basename(os.path.abspath(sweep_dir))}",
         "",
-        f"{len(runs)} runs, {len(games)} game(s): {', '.join(games)}. Final {label} = mean over the episodes "
-        f"ending in the last {final_fraction:.0%} of each run's steps; IQM over runs x games with a 95 % "
+        f"{len(runs)} runs, {len(games)} game(s): {', '.join(games)}. Final {label} = mean over {over} "
+        f"in the last {final_fraction:.0%} of each run's steps; IQM over runs x games with a 95 % "
         f"stratified bootstrap CI ({reps} resamples, rliable; {max(reps // 10, 100)} per point of the IQM curves).",
         "",
         f"| configuration | N_envs | N_RO | batch | epochs | runs per game | IQM final {label} [95 % CI] | mean "

@@ -32,7 +32,8 @@
 #                 and GPUs in SBATCH_ARGS, e.g. NPROC=4 SBATCH_ARGS="--nodes=2 --gres=gpu:4".
 #
 # A command that names its run (--env-id, and optionally --exp-name (default: the script's name), --seed and
-# --runs-dir, as every sweep script does) is matched to runs/<env_id>__<exp_name>__<seed>__<time>/:
+# --runs-dir, as every sweep script does; ppo_kinetix.py's --task-set and --env-size, both given, name its env_id
+# Kinetix-<set>-<size>) is matched to runs/<env_id>__<exp_name>__<seed>__<time>/:
 #   - a run directory with done.json (the scripts' completion marker) -> skipped;
 #   - one whose lock file a process holds (the scripts hold it while they train) -> skipped as running;
 #   - one with checkpoint.pt (interrupted, pre-empted, crashed) -> resumed with --resume;
@@ -81,7 +82,8 @@ flag_value() {
 # The flags whose values differ between a run's args.json and a command, as "--name there / here; ...";
 # nothing when all match; the script too (args.json's "script"). A flag the command does not give stands for the
 # script's default (read from its Args class; one computed from more than numbers must be given). Not compared:
-# --resume, --runs-dir, --torch-threads, a value "auto" (the script chooses), the values a script derives (N_envs and
+# --resume, --runs-dir, --torch-threads, --jax-cache-dir (ppo_kinetix.py's compilation cache, its default computed
+# from the environment), a value "auto" (the script chooses), the values a script derives (N_envs and
 # N_RO of a --schedule, the minibatch size or count the command leaves out), and flags that args.json lacks.
 flag_differences() { # args.json, command
     python3 - "$1" "$2" <<'PYTHON'
@@ -130,10 +132,11 @@ for name, default in defaults.items():
 differences = []
 if script and recorded.get("script", os.path.basename(words[script])) != os.path.basename(words[script]):  # a variant's?
     differences.append(f"{recorded['script']} there / {os.path.basename(words[script])} here")
-for name in sorted((computed - set(given) - {"exp_name"}) & set(recorded)):
+NOT_COMPARED = {"resume", "runs_dir", "torch_threads", "jax_cache_dir"}  # where and how fast, not what is learned
+for name in sorted((computed - set(given) - {"exp_name"} - NOT_COMPARED) & set(recorded)):
     differences.append(f"--{name.replace('_', '-')} {recorded[name]} there / ? here (a computed default: give the flag)")
 for name, values in given.items():
-    if name in {"resume", "runs_dir", "torch_threads", *derived} or name not in recorded or values == ["auto"]:
+    if name in NOT_COMPARED | derived or name not in recorded or values == ["auto"]:
         continue
     there = recorded[name] if isinstance(recorded[name], list) else [recorded[name]]
     if not (len(there) == len(values) and all(map(same, there, values))):
@@ -161,8 +164,12 @@ except OSError as error:
 # Print the command to run for this line: as is, with --resume, nothing when finished, "RUNNING <run>" when a process
 # trains its run, or "CONFLICT <why>" when the run under its name was trained with other flags.
 resolve() {
-    local command=$1 runs_dir env_id exp_name seed run_dir checkpoint="" differences
+    local command=$1 runs_dir env_id task_set env_size exp_name seed run_dir checkpoint="" differences
     env_id=$(flag_value --env-id "$command")
+    if [[ -z $env_id && $command =~ (^|[[:space:]/])ppo_kinetix\.py([[:space:]]|$) ]]; then # its task: set and size
+        task_set=$(flag_value --task-set "$command") env_size=$(flag_value --env-size "$command")
+        [[ -n $task_set && -n $env_size ]] && env_id="Kinetix-$task_set-$env_size"
+    fi
     exp_name=$(flag_value --exp-name "$command")
     [[ -z $exp_name && $command =~ ([^[:space:]/]+)\.py([[:space:]]|$) ]] && exp_name=${BASH_REMATCH[1]} # the scripts' default
     if [[ -z $env_id || -z $exp_name ]]; then

@@ -145,6 +145,58 @@ def test_categorical_policy_change_by_hand():
     assert measured["ddr"] == pytest.approx(1024 / (0.5 * math.log(1.5625)))
 
 
+def test_multi_discrete_policy_change_of_one_head_is_categorical_policy_change():
+    generator = torch.Generator().manual_seed(0)
+    logits, behavior_logits = torch.randn(6, 4, generator=generator), torch.randn(6, 4, generator=generator)
+    actions = torch.randint(0, 4, (6,), generator=generator)
+    expected = metrics.categorical_policy_change(logits, behavior_logits, actions, batch_size=512)
+    measured = metrics.multi_discrete_policy_change(logits, behavior_logits, actions[:, None], [4], batch_size=512)
+    assert measured.keys() == expected.keys()
+    for key, value in expected.items():
+        assert measured[key] == pytest.approx(value, rel=1e-6), key
+
+
+def two_head_case():
+    """Heads of 2 and 3 actions in 2 states. Behaviour: uniform in both heads. Updated: head 1 (0.8, 0.2), then
+    (0.2, 0.8); head 2 (0.5, 0.25, 0.25), then uniform. Actions (0, 0), then (0, 1)."""
+    behavior_logits = torch.zeros(2, 5)
+    probs = torch.tensor([[0.8, 0.2, 0.5, 0.25, 0.25], [0.2, 0.8, 1 / 3, 1 / 3, 1 / 3]])
+    return torch.log(probs), behavior_logits, torch.tensor([[0, 0], [0, 1]])
+
+
+def test_multi_discrete_policy_change_of_two_heads_by_hand():
+    logits, behavior_logits, actions = two_head_case()
+    measured = metrics.multi_discrete_policy_change(logits, behavior_logits, actions, [2, 3], batch_size=1000)
+    # joint ratios: (0.8 / 0.5) (0.5 / (1/3)) = 2.4 and (0.2 / 0.5) ((1/3) / (1/3)) = 0.4
+    assert measured["ess_pct"] == pytest.approx(100 * (2.4 + 0.4) ** 2 / (2 * (2.4**2 + 0.4**2)))
+    # KL(behaviour || updated) of each head, summed: head 1 0.5 ln(0.5 / 0.8) + 0.5 ln(0.5 / 0.2) in both states;
+    # head 2 (1/3) (ln((1/3) / 0.5) + 2 ln((1/3) / 0.25)) in state 1, 0 in state 2
+    head_1 = 0.5 * math.log(0.5 / 0.8) + 0.5 * math.log(0.5 / 0.2)
+    head_2 = (math.log((1 / 3) / 0.5) + 2 * math.log((1 / 3) / 0.25)) / 3
+    kl = ((head_1 + head_2) + (head_1 + 0.0)) / 2
+    assert measured["kl_behavior"] == pytest.approx(kl)
+    assert measured["ddr"] == pytest.approx(1000 / kl)
+    # across the 2 states, the variance of two values is ((a - b) / 2)^2: head 1's actions (0.8, 0.2) and (0.2, 0.8):
+    # 0.09 each; head 2's (0.5, 1/3): 1/144, (0.25, 1/3) twice: 1/576 each. Averaged over the 5 actions
+    assert measured["policy_variance"] == pytest.approx((2 * 0.09 + 1 / 144 + 2 / 576) / 5)
+
+
+def test_multi_discrete_policy_change_reads_the_heads_in_order():
+    """The heads given in the other order (logits, sizes and actions alike) are the same policy; the sizes swapped
+    alone split the logits into other heads: another answer."""
+    logits, behavior_logits, actions = two_head_case()
+    measured = metrics.multi_discrete_policy_change(logits, behavior_logits, actions, [2, 3], batch_size=1000)
+    reordered = metrics.multi_discrete_policy_change(
+        torch.cat([logits[:, 2:], logits[:, :2]], dim=-1), behavior_logits, actions.flip(-1), [3, 2], batch_size=1000
+    )
+    assert reordered == pytest.approx(measured)
+    swapped = metrics.multi_discrete_policy_change(logits, behavior_logits, actions, [3, 2], batch_size=1000)
+    for key in ("ess_pct", "kl_behavior", "policy_variance", "ddr"):
+        assert swapped[key] != pytest.approx(measured[key]), key
+    with pytest.raises(ValueError, match=r"\(B, 6\) logits and \(B, 2\) actions"):
+        metrics.multi_discrete_policy_change(logits, behavior_logits, actions, [3, 3], batch_size=1000)
+
+
 def test_gaussian_policy_change_by_hand():
     # one action dimension; behaviour N(0, 1) in both states; updated N(1, 1) and N(0, 1); action 0 in both
     mean, std = torch.tensor([[1.0], [0.0]]), torch.ones(2, 1)

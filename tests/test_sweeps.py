@@ -23,6 +23,15 @@ LAUNCH = os.path.join(ROOT, "sweeps", "launch.sh")
 AGGREGATE = os.path.join(ROOT, "sweeps", "aggregate.py")
 GAMES = os.path.join(ROOT, "sweeps", "games.sh")  # the game lists, sourced by the sweeps
 SWEEPS = sorted(path for path in glob.glob(os.path.join(ROOT, "sweeps", "*.sh")) if path not in (LAUNCH, GAMES))
+KINETIX = os.path.join(ROOT, "sweeps", "kinetix.sh")
+NO_KINETIX_SCRIPT = pytest.mark.skipif(
+    not os.path.exists(os.path.join(ROOT, "ppo_kinetix.py")),
+    reason="ppo_kinetix.py, which kinetix.sh runs, is not written yet",
+)
+# The sweeps for the tests that parse their commands with the scripts' own Args: kinetix.sh's only once its script exists
+SCRIPT_SWEEPS = [
+    pytest.param(path, id=os.path.basename(path), marks=[NO_KINETIX_SCRIPT] if path == KINETIX else []) for path in SWEEPS
+]
 
 
 def launch(commands, tmp_path, **env):
@@ -384,7 +393,7 @@ def sweep_commands(sweep, tmp_path, scale):
     return result.stdout.splitlines()
 
 
-@pytest.mark.parametrize("sweep", SWEEPS, ids=os.path.basename)
+@pytest.mark.parametrize("sweep", SCRIPT_SWEEPS)
 def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeypatch, capsys):
     """Each distinct configuration of the CPU and the paper-scale version passes the
     script's own flag validation (a typo in a sweep would fail here, not on a cluster), and launch.sh finds the run
@@ -911,7 +920,7 @@ def test_sweep_refuses_arguments_and_an_unknown_scale_before_anything_runs(sweep
         assert not (tmp_path / "logs").exists()
 
 
-@pytest.mark.parametrize("sweep", SWEEPS, ids=os.path.basename)
+@pytest.mark.parametrize("sweep", SCRIPT_SWEEPS)
 def test_no_sweep_trains_the_same_run_twice(sweep, tmp_path, monkeypatch):
     """At paper scale a repeated run is days of GPU time: no two commands of a sweep train the same thing, compared by
     the flags the script parses (defaults filled in; the run's name, directory and checkpoint interval aside, and the LR
@@ -922,7 +931,8 @@ def test_no_sweep_trains_the_same_run_twice(sweep, tmp_path, monkeypatch):
 
     commands = sweep_commands(sweep, tmp_path, "paper")
     first = shlex.split(commands[0])
-    game_and_seed = [f"--env-id {first[first.index('--env-id') + 1]} ", f"--seed {first[first.index('--seed') + 1]} "]
+    task = ["--env-id"] if "--env-id" in first else ["--task-set", "--env-size"]  # ppo_kinetix.py: set and size
+    game_and_seed = [f"{flag} {first[first.index(flag) + 1]} " for flag in [*task, "--seed"]]
     commands = [command for command in commands if all(part in command + " " for part in game_and_seed)]
     trainings = []
     for command in commands:
@@ -930,8 +940,10 @@ def test_no_sweep_trains_the_same_run_twice(sweep, tmp_path, monkeypatch):
         script = os.path.basename(words[1])
         monkeypatch.setattr(sys, "argv", [script, *words[2:]])
         args = dataclasses.asdict(importlib.import_module(script.removesuffix(".py")).parse_args()[0])
-        for name in ("exp_name", "runs_dir", "checkpoint_interval", "minibatch_size", "num_minibatches"):
-            args.pop(name)  # the last two: the phases hold the minibatch size they give
+        for name in ("exp_name", "runs_dir", "checkpoint_interval"):
+            args.pop(name, None)
+        if "phases" in args:  # they hold the minibatch size they give: the size or count given is one of two spellings
+            args.pop("minibatch_size"), args.pop("num_minibatches")
         if args.get("num_envs") == args.get("lr_reference_envs"):
             args["lr_scaling"] = "none"
         trainings.append((script, repr(sorted(args.items()))))
@@ -959,6 +971,106 @@ def test_lr_gamma_sweep_doubles_the_rollout_for_every_gamma(tmp_path):
     baseline = [command for command in commands if "--exp-name ppo_lr-none_envs8 " in command]
     assert baseline and flag_values(baseline[0], "--num-envs", "--num-steps") == ("8", "128") and "--gamma" not in baseline[0]
     assert len({flag_values(command, "--exp-name") for command in gamma_runs}) == len(grid)
+
+
+def kinetix_flags(command):
+    """{flag: value} of a printed ppo_kinetix.py command (--anneal-lr / --no-anneal-lr: "yes" / "no")."""
+    words = shlex.split(command)
+    assert os.path.basename(words[1]) == "ppo_kinetix.py", command
+    flags = {}
+    for i, word in enumerate(words[2:], start=2):
+        if word.startswith("--"):
+            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else None
+            name = word.removeprefix("--no-") if value is None and word.startswith("--no-") else word[2:]
+            flags[name] = value if value is not None else ("no" if word.startswith("--no-") else "yes")
+    return flags
+
+
+def test_kinetix_sweep_covers_each_figures_values_once(tmp_path):
+    """sweeps/kinetix.sh: Beukman et al.'s Fig. 1a (= 5a), 4, 5, 6, 7, 9 at SCALE=paper: Table 2's 2048 envs x 256 steps,
+    8 epochs, 32 minibatches (of 16,384), 512 morphologies, 5 seeds; each figure's swept values around that base; a
+    run that several figures share listed once; a name per configuration (its run directory)."""
+    commands = sweep_commands(KINETIX, tmp_path, "paper")
+    runs = [kinetix_flags(command) for command in commands]
+    assert {run["seed"] for run in runs} == {"1", "2", "3", "4", "5"} and len(runs) == 5 * 61
+    assert {(run["task-set"], run["env-size"], run["num-tasks"], run["num-steps"]) for run in runs} == {
+        ("locomotion", "l", "512", "256")
+    }
+    seed_1 = [run for run in runs if run["seed"] == "1"]
+    names = [run["exp-name"] for run in seed_1]
+    assert len(set(names)) == len(names) == 61  # no configuration twice
+    without_name = [tuple(sorted((k, v) for k, v in run.items() if k != "exp-name")) for run in seed_1]
+    assert len(set(without_name)) == len(without_name)  # no training twice under two names
+    base = {"clip-coef": "0.2", "update-epochs": "8", "learning-rate": "3e-4", "anneal-lr": "no", "num-envs": "2048"}
+    base |= {"num-minibatches": "32", "total-timesteps": str(2**30)}  # Kinetix's PPO budget: 2,048 iterations
+
+    def grid(*axes, **fixed):  # the values of `axes` over the runs that hold the base's values elsewhere (and `fixed`)
+        fixed = base | fixed
+        return {
+            tuple(run.get(axis) for axis in axes)
+            for run in seed_1
+            if all(run.get(flag) == value for flag, value in fixed.items() if flag not in axes)
+        }
+
+    assert {("8",), ("32",), ("128",), ("512",)} <= grid("ewma-com")  # Fig. 1a: PPO-EWMA's centre of mass
+    fig_4 = {(com, lr, anneal) for com in ("8", "128") for lr in ("1e-4", "3e-4", "1e-3") for anneal in ("yes", "no")}
+    assert fig_4 <= grid("ewma-com", "learning-rate", "anneal-lr")
+    clips = {"0.05", "0.1", "0.2", "0.4", "0.6"}  # Fig. 5: clip epsilon, PPO and PPO-EWMA
+    assert clips <= {clip for clip, com in grid("clip-coef", "ewma-com") if com is None}
+    assert {(clip, "128") for clip in clips} <= grid("clip-coef", "ewma-com")
+    epochs = ("1", "2", "4", "8", "16")  # Fig. 6: epochs x COM (a), x clip (b, eps 0 included)
+    assert {(e, com) for e in epochs for com in ("8", "128")} <= grid("update-epochs", "ewma-com")
+    assert {(e, clip, None) for e in epochs for clip in ("0", "0.2", "0.6")} <= grid("update-epochs", "clip-coef", "ewma-com")
+    # Fig. 7: N_envs at 32 minibatches, as many updates as the base (2,048 iterations of 2048 x 256), x COM and x clip
+    for envs in ("16", "128"):
+        budget = str(2048 * int(envs) * 256)
+        regularisation = grid("ewma-com", "clip-coef", **{"num-envs": envs, "total-timesteps": budget})
+        assert {("8", "0.2"), ("128", "0.2"), (None, "0.2"), (None, "0.6")} <= regularisation, envs
+    # Fig. 9: N_envs three ways: minibatches of 16,384; 32 minibatches at the LR; 32 minibatches at the LR x sqrt(k)
+    recipes = {
+        envs: grid("minibatch-size", "num-minibatches", "lr-scaling", "lr-reference-envs", **{"num-envs": envs})
+        for envs in ("256", "1024", "8192")
+    }
+    for envs, splits in recipes.items():
+        assert splits == {("16384", None, None, None), (None, "32", None, None), (None, "32", "sqrt", "2048")}, envs
+    assert any("--num-envs 2048 --num-steps 256 " in command for command in commands)
+    cpu = [kinetix_flags(command) for command in sweep_commands(KINETIX, tmp_path, "cpu")]
+    assert len(cpu) == 18 and {(run["env-size"], run["num-tasks"], run["num-steps"]) for run in cpu} == {("m", "16", "32")}
+    assert max(int(run["total-timesteps"]) for run in cpu) <= 500_000 and max(int(run["num-envs"]) for run in cpu) <= 256
+    env = {**os.environ, "LAUNCHER": "print", "FIGURES": "9", "RECIPE_ENVS": "128", "TASK_SETS": "random handmade"}
+    nine = subprocess.run(["bash", KINETIX], capture_output=True, text=True, env=env, timeout=60)
+    assert nine.returncode == 0 and len(nine.stdout.splitlines()) == 2 * 4, nine.stderr  # base + 3 recipes at 128, 2 sets
+    refused = subprocess.run(["bash", KINETIX], capture_output=True, text=True, env={**env, "FIGURES": "1a 8"}, timeout=60)
+    assert refused.returncode == 2 and refused.stdout == "" and "FIGURES holds '8'" in refused.stderr
+
+
+@NO_KINETIX_SCRIPT
+def test_kinetix_sweep_gives_only_flags_of_ppo_kinetix(tmp_path, monkeypatch):
+    """Every command of both scales parses with ppo_kinetix.py's own Args (tyro refuses a flag it does not have) and
+    each swept flag lands in the field of its name."""
+    import importlib
+
+    module = importlib.import_module("ppo_kinetix")
+    for command in {*sweep_commands(KINETIX, tmp_path, "cpu"), *sweep_commands(KINETIX, tmp_path, "paper")}:
+        words = shlex.split(command)
+        monkeypatch.setattr(sys, "argv", ["ppo_kinetix.py", *words[2:]])
+        args = module.parse_args()[0]
+        flags = kinetix_flags(command)
+        assert args.num_envs == int(flags["num-envs"]) and args.num_steps == int(flags["num-steps"])
+        assert args.update_epochs == int(flags["update-epochs"]) and args.clip_coef == float(flags["clip-coef"])
+        assert args.anneal_lr == (flags["anneal-lr"] == "yes") and args.total_timesteps == int(flags["total-timesteps"])
+        assert args.ewma_com == (float(flags["ewma-com"]) if "ewma-com" in flags else None)
+
+
+def test_launcher_finds_a_kinetix_run_by_its_task_set_and_size(tmp_path):
+    """ppo_kinetix.py has no --env-id: its run directory is Kinetix-<set>-<size>__<exp_name>__<seed>__<time>, which
+    launch.sh names from --task-set and --env-size to skip a finished run (and resume an interrupted one)."""
+    run_dir = make_run(tmp_path / "runs", "Kinetix-locomotion-s__ppo__3__100", ["done.json"])
+    (run_dir / "args.json").write_text(json.dumps({"script": "ppo_kinetix.py", "env_id": "Kinetix-locomotion-s", "seed": 3}))
+    command = "echo ppo_kinetix.py --task-set {} --env-size s --seed 3 --exp-name ppo --runs-dir runs"
+    result = launch(f"{command.format('locomotion')}\n{command.format('random')}\n", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[1] skipped (finished)" in result.stdout and "[2] start: echo ppo_kinetix.py --task-set random" in result.stdout
 
 
 @pytest.mark.parametrize("backend, games, run_name", [("mjwarp", "Ant-v5", "Ant"), ("envpool", "Ant", "Ant-v5")])
@@ -1130,6 +1242,70 @@ def test_raw_returns_pooled_with_normalised_scores_are_a_data_note(monkeypatch, 
     assert notes("Breakout-v5", "Seaquest-v5") == [] and aggregate.normalise("Seaquest-v5", np.array([68.4]))[0] == [0.0]
     message = "Hopper-v4: no normalising constants in metrics.py: its raw returns are pooled with normalised scores"
     assert notes("Breakout-v5", "Hopper-v4") == [message]
+
+
+def test_a_kinetix_run_scores_its_solve_rate_not_its_return(monkeypatch, tmp_path):
+    """ppo_kinetix.py's runs (args.json's script, or an env_id Kinetix-...) score charts/solve_rate, the fraction of the
+    training tasks solved, as logged (no normalisation): the final score, the curves, the tables and their labels;
+    pooled with another game's normalised score, a data note."""
+    from scipy.stats import trim_mean
+
+    from sweeps import aggregate
+
+    monkeypatch.setattr(aggregate, "DATA_NOTES", [])
+    monkeypatch.setattr(aggregate, "save", lambda figure, *_: aggregate.pyplot().close(figure))
+    # evaluations at 2,500 ... 10,000 of 10,000 steps; the last 30 % holds the two at 7,500 and 10,000
+    solve_rates = {"Kinetix-locomotion-s": lambda seed: [0.0, 0.1, 0.3, 0.4 + 0.1 * seed]}
+    solve_rates["Kinetix-random-m"] = lambda seed: [0.0, 0.0, 0.1, 0.2 + 0.1 * seed]
+
+    def write_run(env_id, seed, script, solve_rate=None):
+        run_dir = tmp_path / f"{env_id}__ppo__{seed}__100"
+        writer = SummaryWriter(str(run_dir))
+        for step in range(1000, 10_001, 1000):
+            writer.add_scalar("charts/episodic_return", 100.0 + seed, step)  # far from any solve rate
+            writer.add_scalar("charts/success_rate", 0.9, step)
+            writer.add_scalar("metrics/ddr", 1e4, step)
+        for step, value in zip((2500, 5000, 7500, 10_000), solve_rate, strict=True) if solve_rate else ():
+            writer.add_scalar("charts/solve_rate", value, step)
+        writer.close()
+        args = {"env_id": env_id, "exp_name": "ppo", "seed": seed, "num_envs": 64, "num_steps": 32, "schedule": None}
+        args |= {"batch_size": 2048, "update_epochs": 8, "planned_steps": 10_000} | ({"script": script} if script else {})
+        (run_dir / "args.json").write_text(json.dumps(args))
+        (run_dir / "done.json").write_text("{}")
+
+    for seed in (1, 2):
+        write_run("Kinetix-locomotion-s", seed, "ppo_kinetix.py", solve_rates["Kinetix-locomotion-s"](seed))
+        write_run("Kinetix-random-m", seed, None, solve_rates["Kinetix-random-m"](seed))  # its env_id alone says Kinetix
+    finals = {(game, seed): np.mean(rates(seed)[2:]) for game, rates in solve_rates.items() for seed in (1, 2)}
+    runs = {(run["env_id"], run["seed"]): run for run in aggregate.load_runs(str(tmp_path), include_unfinished=False)}
+    for key, run in runs.items():
+        assert aggregate.score_tag(run) == "charts/solve_rate" and aggregate.score_kind(run) == "solve rate"
+        assert aggregate.final_score(run, 0.3) == pytest.approx(finals[key])
+    curve = aggregate.score_curve(runs["Kinetix-locomotion-s", 2], np.array([2000, 2500, 6000, 10_000]))
+    assert np.isnan(curve[0]) and curve[1:].tolist() == pytest.approx([0.0, 0.1, (0.3 + 0.6) / 2])  # evaluations' means
+
+    aggregate.report(str(tmp_path), str(tmp_path / "report"), 0.3, 5, 100, pdf=False, include_unfinished=False)
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "Final solve rate = mean over the solve-rate evaluations (charts/solve_rate) in the last 30%" in text
+    assert "| IQM final solve rate [95 % CI] |" in text and "optimality gap [95 % CI]" in text  # in [0, 1]: a gap below 1
+    row, aggregates, per_game = (line for line in text.splitlines() if line.startswith("| ppo |"))
+    scores = list(finals.values())
+    assert row.startswith("| ppo | 64 | 32 | 2048 | 8 | 2 | ")
+    assert float(row.split(" | ")[6].split()[0]) == pytest.approx(trim_mean(scores, 0.25), abs=1e-3)  # the IQM
+    assert float(row.split(" | ")[7]) == pytest.approx(np.mean(scores), abs=1e-3)
+    gap = float(aggregates.strip("| ").split(" | ")[4].split()[0])
+    assert gap == pytest.approx(1 - np.mean(scores), abs=1e-3)
+    assert [float(cell) for cell in per_game.strip("| ").split(" | ")[1:]] == pytest.approx(
+        [np.mean(scores[:2]), np.mean(scores[2:])], abs=1e-3
+    )
+    assert aggregate.DATA_NOTES == []
+
+    write_run("Breakout-v5", 1, "ppo_atari_envpool.py")  # no solve rate: its human-normalised return
+    write_run("Breakout-v5", 2, "ppo_atari_envpool.py")
+    aggregate.report(str(tmp_path), str(tmp_path / "report"), 0.3, 5, 100, pdf=False, include_unfinished=False)
+    assert "| IQM final score [95 % CI] |" in (tmp_path / "report" / "report.md").read_text()
+    pooled = "a Kinetix solve rate (the fraction of its tasks solved) is pooled with other games' scores"
+    assert aggregate.DATA_NOTES == [f"Kinetix-locomotion-s: {pooled}", f"Kinetix-random-m: {pooled}"]
 
 
 def test_moving_average_is_trailing_over_at_most_the_window():

@@ -1,0 +1,340 @@
+"""ppo_kinetix.py: the MultiDiscrete policy, Kinetix's same-step reset and time-outs in GAE, the solve rate, DLPack
+without copies, one compilation of the step, a tiny run with every tag, SIGTERM and --resume, torchrun, bad inputs.
+
+The environments are Kinetix's S levels (a few envs): its batched step compiles in about 30 s on 2 cores the first
+time, then JAX's persistent compilation cache (--jax-cache-dir, shared by every test) loads it in about a second."""
+
+import copy
+import json
+import os
+import signal
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before JAX loads, as ppo_kinetix.py sets it: XLA's warnings
+pytest.importorskip("kinetix", reason="needs Kinetix (make setup: requirements-nodeps.txt)")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from conftest import (  # noqa: E402
+    PPO_TAGS,
+    assert_optimizer_went_on,
+    interrupt_with_sigterm,
+    only_run_dir,
+    read_scalars,
+    run_main,
+    run_script,
+    run_torchrun,
+)
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ppo_kinetix  # noqa: E402
+
+SCRIPT = "ppo_kinetix.py"
+# 4 iterations of 16 envs x 32 steps on Kinetix's 10 hand-designed S levels, 8 minibatches of 64
+TINY = "--task-set handmade --env-size s --num-envs 16 --num-steps 32 --total-timesteps 2048 --num-minibatches 8 --no-cuda"
+TINY = TINY.split()
+KINETIX_TAGS = PPO_TAGS | {
+    "charts/solve_rate",
+    "charts/solve_rate_handmade",
+    "charts/success_rate",
+    "metrics/feature_rank_critic",
+}
+
+
+def s_tasks(max_timesteps=256):
+    """The 10 hand-designed S levels, with another time limit if asked."""
+    args = ppo_kinetix.Args(task_set="handmade", env_size="s")
+    tasks = ppo_kinetix.task_set(args, "", handmade=True)
+    tasks.env_params = tasks.env_params.replace(max_timesteps=max_timesteps)
+    return args, tasks
+
+
+# ---- The policy and the maths on hand-made tensors ----
+def test_multi_discrete_head_matches_one_categorical_per_head():
+    agent = ppo_kinetix.Agent(140, separate_networks=True)
+    obs = torch.randn(5, 140)
+    action, log_prob, entropy, value, logits = agent.get_action_and_value(obs)
+    assert action.shape == (5, 6) and logits.shape == (5, 16) and value.shape == (5,)
+    heads = [torch.distributions.Categorical(logits=part) for part in logits.split(ppo_kinetix.ACTION_SIZES, dim=-1)]
+    expected_log_prob = sum(head.log_prob(action[:, i]) for i, head in enumerate(heads))
+    torch.testing.assert_close(log_prob, expected_log_prob)
+    torch.testing.assert_close(entropy, sum(head.entropy() for head in heads))
+    assert (action[:, 4:] <= 1).all() and (action <= 2).all()  # the thrusters' heads have 2 actions: 2 is never drawn
+
+
+def test_sampled_actions_follow_the_heads_probabilities():
+    torch.manual_seed(0)
+    logits = torch.tensor([[2.0, 0.0, -1.0] * 4 + [0.0, 1.0] * 2]).expand(20000, -1)
+    actions = ppo_kinetix.sample_actions(ppo_kinetix.head_log_probs(logits))
+    frequencies = torch.stack([(actions[:, 0] == a).float().mean() for a in range(3)])
+    torch.testing.assert_close(frequencies, torch.softmax(logits[0, :3], -1), atol=0.015, rtol=0)
+    torch.testing.assert_close((actions[:, 5] == 1).float().mean(), torch.sigmoid(torch.tensor(1.0)), atol=0.015, rtol=0)
+
+
+def test_gae_stops_at_a_termination_and_bootstraps_a_time_out_from_the_last_state():
+    """One env, 4 steps: the episode reaches the goal at t = 1 (Kinetix's same-step reset: values[2] is the next
+    episode's first state, not a successor), the next one times out at t = 3 with V(last state) = 5."""
+    gamma, lam = 0.9, 0.8
+    rewards = torch.tensor([[0.1], [1.0], [0.2], [0.3]])
+    values = torch.tensor([[1.0], [2.0], [3.0], [4.0]])
+    dones = torch.tensor([[0.0], [1.0], [0.0], [1.0]])
+    truncation_values = torch.tensor([[0.0], [0.0], [0.0], [5.0]])
+    next_value = torch.tensor([7.0])  # the state after the rollout: another episode's, not used
+    advantages, returns = ppo_kinetix.compute_gae(rewards, values, dones, truncation_values, next_value, gamma, lam)
+    delta3 = 0.3 + gamma * 5.0 - 4.0  # the time-out: bootstraps from its own last state
+    delta2 = 0.2 + gamma * 4.0 - 3.0
+    delta1 = 1.0 - 2.0  # the goal: no future
+    delta0 = 0.1 + gamma * 2.0 - 1.0
+    expected = [delta0 + gamma * lam * delta1, delta1, delta2 + gamma * lam * delta3, delta3]
+    torch.testing.assert_close(advantages[:, 0], torch.tensor(expected))
+    torch.testing.assert_close(returns, advantages + values)
+
+
+def test_ppo_ewma_with_the_behaviour_as_proximal_policy_has_ppos_gradients():
+    torch.manual_seed(0)
+    agent = ppo_kinetix.Agent(140, separate_networks=False)
+    behaviour = copy.deepcopy(agent)  # the policy that collected the minibatch
+    obs = torch.randn(32, 140)
+    with torch.no_grad():
+        actions, logprobs, _, values, _ = behaviour.get_action_and_value(obs)
+        for parameter in agent.parameters():  # a step away from it, so that ratios and clipping matter
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    minibatch = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values, "valid": torch.ones(32)}
+    minibatch |= {"advantages": torch.randn(32), "returns": torch.randn(32)}
+    statistics = ppo_kinetix.minibatch_statistics(minibatch)
+    args, clip = ppo_kinetix.Args(), torch.tensor(0.2)
+    gradients, logged = [], []
+    for proximal in (None, behaviour):
+        agent.zero_grad()
+        logged.append(ppo_kinetix.compute_gradients(agent, proximal, minibatch, statistics, args, clip))
+        gradients.append([p.grad.clone() for p in agent.parameters()])
+    for ppo, ewma in zip(*gradients, strict=True):
+        torch.testing.assert_close(ppo, ewma)
+    assert logged[0]["clipfrac"] == logged[1]["clipfrac"] > 0  # the step was large enough to clip
+
+
+# ---- The environment ----
+def test_dlpack_shares_memory_both_ways():
+    """What KinetixTasks.step does with the batch: torch reads JAX's observations in place, JAX torch's actions."""
+    observations = jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4)
+    as_torch = torch.from_dlpack(observations)
+    assert as_torch.data_ptr() == observations.unsafe_buffer_pointer()
+    actions = torch.arange(18, dtype=torch.int32).reshape(3, 6)
+    as_jax = jax.dlpack.from_dlpack(actions)
+    assert as_jax.unsafe_buffer_pointer() == actions.data_ptr()
+
+
+def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch):
+    args, tasks = s_tasks()
+    envs = ppo_kinetix.KinetixTasks(args, tasks, 8, torch.device("cpu"), seed=0)
+    received = []  # the JAX arrays that the step's tensors come from
+    original = torch.from_dlpack
+    monkeypatch.setattr(torch, "from_dlpack", lambda array: received.append(array) or original(array))
+    obs = envs.start()
+    assert obs.shape == (8, 140) and obs.dtype == torch.float32 and envs.obs_dim == 140
+    for _ in range(3):
+        received.clear()
+        obs, last_obs, outcome = envs.step(torch.randint(0, 2, (8, 6)))
+        assert obs.shape == last_obs.shape == (8, 140) and outcome.shape == (8, 4)
+        assert [t.data_ptr() for t in (obs, last_obs, outcome)] == [a.unsafe_buffer_pointer() for a in received]
+    assert envs.batched_step._cache_size() == 1  # the first call's types are the later calls' types
+
+
+def test_a_time_out_is_a_truncation_with_its_last_observation_and_a_new_level(monkeypatch):
+    """Kinetix's time limit set to 3 steps, no-op actions on the S levels: at the third step every episode that did
+    not end otherwise is truncated, not terminated; the observation to act on is a new level's first, the last
+    observation the ended episode's own (its successor of the second step's)."""
+    args, tasks = s_tasks(max_timesteps=3)
+    envs = ppo_kinetix.KinetixTasks(args, tasks, 10, torch.device("cpu"), seed=0)
+    envs.start(envs.levels, torch.arange(10))
+    outcomes, observations = [], []
+    for _ in range(3):
+        obs, last_obs, outcome = envs.step(torch.zeros(10, 6, dtype=torch.long))
+        outcomes.append(outcome.clone()), observations.append((obs.clone(), last_obs.clone()))
+    ended_early = torch.stack(outcomes[:2])[:, :, 1:3].sum((0, 2)) > 0
+    reward, terminated, truncated, solved = outcomes[2][~ended_early].unbind(1)
+    assert truncated.bool().all() and not terminated.any() and not solved.any()
+    obs, last_obs = observations[2]
+    first_observations = envs.first_states(envs.levels, jnp.arange(10))[1]
+    starts = torch.from_dlpack(first_observations)  # every level's first observation
+    for env in torch.nonzero(~ended_early).squeeze(1).tolist():
+        assert any(torch.equal(obs[env], start) for start in starts)  # a new episode, of a level of the set
+        assert not torch.equal(last_obs[env], obs[env])  # its own last state, not the next episode's
+    obs, last_obs = observations[1]  # before the time-out, where nothing ended, both are the same state
+    torch.testing.assert_close(obs[~ended_early], last_obs[~ended_early])
+
+
+class ScriptedTasks:
+    """A stand-in for KinetixTasks: level i's first episode ends at step OUTCOMES[i][0], solved or not; an episode
+    never ends for None. Records the levels it is started on."""
+
+    OUTCOMES = {0: (2, True), 1: (1, False), 2: (None, None)}  # level 1 solves its second episode (step 3): not counted
+
+    def __init__(self, num_envs):
+        self.num_envs, self.max_timesteps, self.started = num_envs, 40, []
+
+    def start(self, levels, index):
+        self.index, self.t = index, 0
+        self.started.append(index.tolist())
+        return torch.zeros(self.num_envs, 140)
+
+    def step(self, actions, levels):
+        self.t += 1
+        outcome = torch.zeros(self.num_envs, 4)
+        for env, level in enumerate(self.index.tolist()):
+            end, solved = self.OUTCOMES[level]
+            if self.t == end:
+                outcome[env, 1], outcome[env, 3] = 1.0, float(solved)
+            elif level == 1 and self.t == 3:  # the second episode of level 1 reaches the goal
+                outcome[env, 1], outcome[env, 3] = 1.0, 1.0
+        return torch.zeros(self.num_envs, 140), torch.zeros(self.num_envs, 140), outcome
+
+
+def test_solve_rate_counts_the_first_episode_of_each_attempt():
+    """3 levels x 2 attempts in batches of 4 envs (the second filled up with level 0, which must not count): level
+    0 solved both times, level 1 only in a second episode, level 2 never ends: 2 / 6."""
+    envs = ScriptedTasks(num_envs=4)
+    levels = {"leaf": jnp.zeros((3, 1))}
+    rate = ppo_kinetix.solve_rate(ppo_kinetix.Agent(140, True), envs, levels, attempts=2)
+    assert rate == pytest.approx(2 / 6)
+    assert envs.started == [[0, 1, 2, 0], [1, 2, 0, 0]]
+
+
+def test_locomotion_tasks_are_drawn_once_from_the_task_seed_and_read_back(tmp_path):
+    args = ppo_kinetix.Args(task_set="locomotion", env_size="m", num_tasks=4, task_seed=3)
+    drawn = ppo_kinetix.task_set(args, str(tmp_path))
+    again = ppo_kinetix.task_set(ppo_kinetix.Args(task_set="locomotion", env_size="m", num_tasks=4, task_seed=3), "")
+    other = ppo_kinetix.task_set(ppo_kinetix.Args(task_set="locomotion", env_size="m", num_tasks=4, task_seed=4), "")
+    stored = ppo_kinetix.task_set(args, str(tmp_path), load=True)
+    leaves = [jax.tree.leaves(tasks.levels) for tasks in (drawn, again, other, stored)]
+    assert all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[1], strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[3], strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[2], strict=True))
+    assert stored.names == drawn.names == [f"locomotion_{i}" for i in range(4)]
+    assert leaves[0][0].shape[0] == 4
+
+
+# ---- Whole runs ----
+def test_tiny_run_writes_every_tag_checkpoints_and_stores_its_tasks(tmp_path):
+    result = run_script(SCRIPT, *TINY, "--metrics-interval", "2", "--eval-interval", "2", "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert os.path.basename(run_dir).startswith("Kinetix-handmade-s__ppo_kinetix__1__")
+    scalars = read_scalars(run_dir)
+    assert KINETIX_TAGS <= set(scalars), KINETIX_TAGS - set(scalars)
+    assert [step for step, _ in scalars["charts/solve_rate"]] == [1024, 2048]  # iterations 2 and 4
+    assert all(0.0 <= value <= 1.0 for _, value in scalars["charts/solve_rate"] + scalars["charts/success_rate"])
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 2048, "iterations": 4}
+    args = json.load(open(os.path.join(run_dir, "args.json")))
+    assert args["env_id"] == "Kinetix-handmade-s" and args["script"] == SCRIPT
+    with np.load(os.path.join(run_dir, "tasks.npz")) as tasks:
+        assert len(tasks["names"]) == 10 and tasks["names"][0] == "s/h0_weak_thrust.json"
+    assert "solve rate on the 10 hand-designed S levels" in result.stdout
+
+
+def test_ppo_ewma_run_logs_kl_prox_and_checkpoints_its_proximal_policy(monkeypatch, tmp_path):
+    flags = [*TINY, "--ewma-com", "4", "--total-timesteps", "1024", "--metrics-interval", "1", "--no-eval-handmade"]
+    run_main(monkeypatch, ppo_kinetix, [*flags, "--runs-dir", str(tmp_path)])
+    run_dir = only_run_dir(tmp_path)
+    assert len(read_scalars(run_dir)["metrics/kl_prox"]) == 2
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert checkpoint["ewma_weight_sum"] == pytest.approx(sum(0.8**k for k in range(129)))  # 2 x 8 x 8 steps
+    proximal, model = checkpoint["proximal"], checkpoint["model"]
+    assert not all(torch.equal(proximal[name], model[name]) for name in model)  # behind the weights, not equal
+
+
+def test_sigterm_checkpoints_and_resume_reaches_the_same_total_on_the_same_tasks(tmp_path):
+    flags = [*TINY, "--total-timesteps", "5120", "--no-eval-handmade", "--runs-dir", str(tmp_path)]
+    interrupt_with_sigterm(SCRIPT, flags)  # 10 iterations
+    run_dir = only_run_dir(tmp_path)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    interrupted = torch.load(checkpoint_path, weights_only=True)
+    assert 1 <= interrupted["iteration"] < 10 and interrupted["global_step"] == 512 * interrupted["iteration"]
+    with np.load(os.path.join(run_dir, "tasks.npz")) as stored:  # the resumed run reads the set back, not again
+        tasks = dict(stored)
+    inode = os.stat(os.path.join(run_dir, "tasks.npz")).st_ino  # write_atomically would make a new file
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--no-cuda")
+    assert result.returncode == 0, result.stderr
+    final = torch.load(checkpoint_path, weights_only=True)
+    assert_optimizer_went_on(final)
+    assert final["iteration"] == 10 and final["global_step"] == 5120
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [512 * i for i in range(1, 11)]
+    assert os.stat(os.path.join(run_dir, "tasks.npz")).st_ino == inode
+    with np.load(os.path.join(run_dir, "tasks.npz")) as stored:
+        assert all(np.array_equal(stored[name], values) for name, values in tasks.items())
+
+
+def test_torchrun_two_processes_keep_identical_weights(tmp_path):
+    flags = [*TINY, "--total-timesteps", "1024", "--no-eval-handmade", "--runs-dir", str(tmp_path)]
+    result = run_torchrun(SCRIPT, 2, *flags)
+    assert result.returncode == 0, result.stderr
+    assert "weights identical on 2 of 2 processes" in result.stdout
+    run_dir = only_run_dir(tmp_path)
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 1024, "iterations": 2}
+    assert len(read_scalars(run_dir)["charts/solve_rate"]) == 1  # at the end: each process played its share
+
+
+# ---- Bad input: one line, exit 2, nothing created ----
+BAD_FLAGS = [
+    (["--task-set", "handmade", "--levels", "s/no_such_level.json"], "--levels: no hand-designed level s/no_such_level.json"),
+    (["--num-tasks", "0"], "--num-tasks must be finite and > 0, got 0"),
+    (["--task-set", "locomotion", "--env-size", "s"], "--task-set locomotion needs --env-size m or l"),
+    (["--eval-attempts", "0"], "--eval-attempts must be finite and > 0"),
+    (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
+    (["--total-timesteps", "100"], "smaller than one batch"),
+    (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
+    (["--target-ddr-final", "100"], "--target-ddr-final needs --target-ddr"),
+]
+
+
+@pytest.mark.parametrize("flags, fragment", BAD_FLAGS)
+def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(monkeypatch, ppo_kinetix, [*flags, "--runs-dir", str(tmp_path / "runs")])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], lines
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_unknown_size_class_is_tyros_one_line_error(tmp_path):
+    result = run_script(SCRIPT, "--env-size", "xl", "--runs-dir", str(tmp_path / "runs"))
+    assert result.returncode == 2 and "xl" in result.stderr and "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_without_jax_exits_2_naming_the_fix(tmp_path):
+    blocker = tmp_path / "blocker"  # a jax package that cannot be imported, ahead of the real one
+    (blocker / "jax").mkdir(parents=True)
+    (blocker / "jax" / "__init__.py").write_text("raise ImportError('no jax here')\n")
+    pythonpath = os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")])
+    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path / "runs"), env={"PYTHONPATH": pythonpath})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == "error: JAX is not installed: `make setup` installs it with Kinetix (requirements.txt)"
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_jax_without_the_gpu_that_torch_uses_exits_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # torch sees a GPU; this JAX is the CPU build
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(monkeypatch, ppo_kinetix, ["--runs-dir", str(tmp_path / "runs")])
+    assert exit_info.value.code == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: JAX cannot use cuda:0, the GPU that torch uses: make kinetix-cuda"), line
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_resume_without_its_tasks_file_exits_2(tmp_path, monkeypatch, capsys):
+    flags = [*TINY, "--total-timesteps", "512", "--no-eval-handmade", "--runs-dir", str(tmp_path)]
+    run_main(monkeypatch, ppo_kinetix, flags)
+    run_dir = only_run_dir(tmp_path)
+    os.remove(os.path.join(run_dir, "done.json")), os.remove(os.path.join(run_dir, "tasks.npz"))
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(monkeypatch, ppo_kinetix, ["--resume", os.path.join(run_dir, "checkpoint.pt")])
+    assert exit_info.value.code == 2
+    assert "tasks.npz" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is not None
