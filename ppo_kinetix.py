@@ -640,7 +640,7 @@ def main() -> None:
             save_checkpoint(run_dir, args, loop_state, embeddings, **state)
 
     loop_state = dict(iteration=iteration, global_step=global_step, clip_coef=clip_coef, ewma_weight_sum=ewma_weight_sum)
-    finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, tasks=tasks, envs=envs, **state)
+    finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, envs=envs, **state)
 
 
 # ======================================================================================================================
@@ -856,24 +856,24 @@ def validate_and_derive(args: Args) -> Args:
     return args
 
 
-def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, tasks, envs, **modules) -> None:
-    """Interrupted: save a checkpoint and exit 128 + signal. Finished: the solve rate on the hand-designed levels
-    (--eval-handmade), the last checkpoint (a run killed while it evaluates or saves the model resumes there and only
-    finishes), embeddings and model, then done.json (the completion marker that sweeps/launch.sh looks for). Not a
-    copy: the evaluation; no video (Kinetix's renderer is not installed)."""
+def finish_run(run_dir, writer, progress, args, loop_state, embeddings, stop_signal, envs, **modules) -> None:
+    """Interrupted: save a checkpoint and exit 128 + signal. Finished: the last checkpoint (a run killed while it
+    evaluates or saves the model, e.g. by Slurm after its SIGTERM, resumes there and only finishes), the solve rate on
+    the hand-designed levels (--eval-handmade), embeddings and model, then done.json (the completion marker that
+    sweeps/launch.sh looks for). Not a copy: the evaluation; no video (Kinetix's renderer is not installed)."""
+    progress.close()
+    writer.flush()  # every point up to the checkpoint is on the disk before it
     interrupted = bool(stop_signal) and loop_state["global_step"] < args.planned_steps
+    loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
+    save_checkpoint(run_dir, args, loop_state, embeddings, **modules)  # finished too: see the docstring
     if not interrupted and args.eval_handmade:  # every process plays its share
         handmade = jax.device_put(task_set(args, run_dir, handmade=True).levels, envs.device)
         rate = solve_rate(modules["model"], envs, handmade, args.eval_attempts)
         writer.add_scalar("charts/solve_rate_handmade", rate, loop_state["global_step"])
         if RANK == 0:
-            print(
-                f"solve rate on the {len(level_names(args.env_size))} hand-designed {args.env_size.upper()} levels: {rate:.3f}"
-            )
-    progress.close()
+            levels = len(level_names(args.env_size))
+            print(f"solve rate on the {levels} hand-designed {args.env_size.upper()} levels: {rate:.3f}")
     writer.close()
-    loop_state = loop_state | {"iteration": loop_state["iteration"] - interrupted}  # the interrupted rollout does not count
-    save_checkpoint(run_dir, args, loop_state, embeddings, **modules)  # finished too: see the docstring
     if dist.is_initialized():  # summed gradients keep every process's weights identical: check once
         state = [module.state_dict().values() for module in modules.values() if isinstance(module, nn.Module)]
         gathered = all_ranks_list([torch.cat([t.detach().double().flatten() for tensors in state for t in tensors]).cpu()])

@@ -7,7 +7,6 @@ time, then JAX's persistent compilation cache (--jax-cache-dir, shared by every 
 import copy
 import json
 import os
-import signal
 import sys
 
 import numpy as np
@@ -328,13 +327,33 @@ def test_jax_without_the_gpu_that_torch_uses_exits_2(tmp_path, monkeypatch, caps
     assert not os.path.exists(tmp_path / "runs")
 
 
-def test_resume_without_its_tasks_file_exits_2(tmp_path, monkeypatch, capsys):
-    flags = [*TINY, "--total-timesteps", "512", "--no-eval-handmade", "--runs-dir", str(tmp_path)]
-    run_main(monkeypatch, ppo_kinetix, flags)
+def test_a_run_killed_while_it_evaluates_resumes_only_to_finish_on_its_own_tasks(tmp_path, monkeypatch, capsys):
+    """The final checkpoint is written before the hand-designed levels' evaluation: a run that dies there (e.g.
+    Slurm's SIGKILL after its SIGTERM) resumes, trains nothing more and finishes; without its tasks.npz, a resume is
+    refused with one line before anything is opened."""
+    original = ppo_kinetix.task_set
+
+    def killed_in_evaluation(args, run_dir, load=False, handmade=False):
+        if handmade:
+            raise RuntimeError("killed while evaluating")
+        return original(args, run_dir, load)
+
+    monkeypatch.setattr(ppo_kinetix, "task_set", killed_in_evaluation)
+    with pytest.raises(RuntimeError, match="killed while evaluating"):
+        run_main(monkeypatch, ppo_kinetix, [*TINY, "--total-timesteps", "1024", "--runs-dir", str(tmp_path)])
+    monkeypatch.setattr(ppo_kinetix, "task_set", original)
     run_dir = only_run_dir(tmp_path)
-    os.remove(os.path.join(run_dir, "done.json")), os.remove(os.path.join(run_dir, "tasks.npz"))
+    assert not os.path.exists(os.path.join(run_dir, "done.json"))
+    tasks, checkpoint = os.path.join(run_dir, "tasks.npz"), os.path.join(run_dir, "checkpoint.pt")
+    os.rename(tasks, tasks + ".away")
+    events = os.listdir(run_dir)
     with pytest.raises(SystemExit) as exit_info:
-        run_main(monkeypatch, ppo_kinetix, ["--resume", os.path.join(run_dir, "checkpoint.pt")])
-    assert exit_info.value.code == 2
-    assert "tasks.npz" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGTERM) is not None
+        run_main(monkeypatch, ppo_kinetix, ["--resume", checkpoint])
+    assert exit_info.value.code == 2 and "tasks.npz is missing" in capsys.readouterr().err
+    assert os.listdir(run_dir) == events  # no new event file
+    os.rename(tasks + ".away", tasks)
+    run_main(monkeypatch, ppo_kinetix, ["--resume", checkpoint])
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 1024, "iterations": 2}
+    scalars = read_scalars(run_dir)
+    assert [step for step, _ in scalars["losses/policy_loss"]] == [512, 1024]  # each iteration once
+    assert [step for step, _ in scalars["charts/solve_rate_handmade"]] == [1024]
