@@ -26,13 +26,18 @@ def feature_rank(features: torch.Tensor, threshold: float = 0.99) -> int:
 
     The smallest k such that the top-k squared singular values hold at least `threshold`
     of the total. The matrix is used as is (uncentred), as in Moalla et al. 2024.
+
+    An all-zero matrix (or one with no entry) has rank 0: no direction carries energy, k = 0 meets the definition
+    (0 >= threshold * 0), and numpy's matrix_rank agrees. Any other matrix has rank >= 1, whatever its scale: the
+    matrix is divided by its largest |entry| first, so that squares neither underflow to 0 (a matrix of 1e-200 is rank
+    1, not 0) nor overflow; the rank does not depend on the scale, only on which entries are exactly 0.
     """
-    singular_values = torch.linalg.svdvals(features.detach().double())
-    energy = singular_values.square()
-    total = energy.sum()
-    if total <= 0:
+    features = features.detach().double()
+    scale = features.abs().max() if features.numel() else features.new_zeros(())
+    if scale == 0:  # every entry exactly 0 (ReLU features of a dead layer): one host sync, as the rank's .item()
         return 0
-    cumulative = torch.cumsum(energy, dim=0) / total
+    energy = torch.linalg.svdvals(features / scale).square()
+    cumulative = torch.cumsum(energy, dim=0) / energy.sum()
     # k - 1 shares fall short of the threshold (a tiny tolerance keeps an exact 99 % share from float rounding). A
     # comparison with a Python number: no tensor of another device (searchsorted would need one on cumulative's device).
     return int((cumulative < threshold - 1e-12).sum().item()) + 1
@@ -83,17 +88,30 @@ def weight_norm(parameters: Iterable[torch.Tensor]) -> float:
 # --------------------------------------------------------------------------------------
 
 
+KURTOSIS_MIN_STD = 1e-12  # std(L) at or below this times (1 + max |L|): L is constant up to rounding, K undefined (NaN)
+
+
 def gradient_kurtosis(gradients: Iterable[torch.Tensor], eps: float = 1e-8) -> float:
     """Kurtosis of log-absolute gradient entries (B.4; Garg et al. 2021).
 
     L_i = log(|G_i| + eps) over every entry; K = E[(L - mean L)^4] / std(L)^4, the plain
     (not excess) kurtosis, with the population standard deviation.
+
+    K is undefined, NaN, when L is constant: every |G_i| the same (all-zero gradients, a single entry, or no entry).
+    Whether rounding left std(L) at exactly 0 or at 1e-16 (which gave K = 0 or about 1) does not decide it: L is
+    centred on one of its own entries first (so equal entries give exactly 0), and std(L) <= KURTOSIS_MIN_STD *
+    (1 + max |L|), far below the smallest difference that distinct float32 gradients make in L (about 1e-7), counts as
+    0. A NaN metric is logged as such (TensorBoard keeps it; sweeps/aggregate.py leaves it out of the curves with a note);
+    it is no training failure: the scripts' stop_if_not_finite checks rewards, losses and gradients, not the metrics.
     """
-    log_abs = torch.cat([torch.log(g.detach().double().abs().flatten() + eps) for g in gradients])
-    centred = log_abs - log_abs.mean()
+    log_abs = torch.cat([torch.log(g.detach().double().abs().flatten() + eps) for g in gradients] or [torch.zeros(0)])
+    if log_abs.numel() == 0:
+        return float("nan")
+    shifted = log_abs - log_abs[0]  # exact zeros where the entries equal the first one
+    centred = shifted - shifted.mean()
     variance = centred.square().mean()
-    if variance <= 0:
-        return 0.0
+    if not variance.sqrt() > KURTOSIS_MIN_STD * (1 + log_abs.abs().max()):  # (one host sync, as the .item() below)
+        return float("nan")
     return float((centred.pow(4).mean() / variance.square()).item())
 
 

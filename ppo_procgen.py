@@ -456,7 +456,7 @@ def main() -> None:
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         # ==== COLLECT ROLLOUT: N_RO steps of N_envs environments with the current policy, rewards scaled as they come ====
-        rollout_start_step = global_step
+        rollout_start_step, return_rms_start = global_step, {k: v.clone() for k, v in return_rms.state_dict().items()}
         for step in range(args.num_steps):
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
@@ -483,6 +483,7 @@ def main() -> None:
             episode_return[episode_over] = 0.0
         if stop_requested(stop_signal):  # checked once a rollout: the same answer in every process
             global_step = rollout_start_step  # the interrupted rollout is discarded
+            return_rms.load_state_dict(return_rms_start)  # and what the normaliser counted of it: a resume collects it anew
             break
         rollout |= {name: torch.as_tensor(values, device=device) for name, values in host.items()}  # on the CPU: no copy
 
@@ -650,6 +651,23 @@ def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.p
             fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
         ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
         require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
+        import typing  # noqa: PLC0415 - only here
+
+        def fits(value, hint) -> bool:  # of the type that the field declares (or an int where it says float)
+            origin, options = typing.get_origin(hint), typing.get_args(hint)
+            if origin is Literal:
+                return value in options
+            if origin is tuple:
+                return isinstance(value, tuple | list) and len(value) == len(options) and all(map(fits, value, options))
+            if options:  # X | None
+                return any(fits(value, option) for option in options)
+            return isinstance(value, (int, float) if hint is float else hint) and (hint is bool or not isinstance(value, bool))
+
+        hints = typing.get_type_hints(Args)  # tyro.conf.Suppress[int] is int
+        wrong = {name: value for name, value in checkpoint["args"].items() if not fits(value, hints[name])}
+        wrong |= {name: checkpoint.get(name) for name in ("iteration", "global_step") if not fits(checkpoint.get(name), int)}
+        entries = ", ".join(f"{name}={value!r:.40}" for name, value in wrong.items())
+        require(not wrong, f"--resume {args.resume!r} does not fit {os.path.basename(__file__)}: {entries}")
         given = {word[2:].split("=")[0].replace("-", "_") for word in sys.argv[1:] if word.startswith("--")}
         given |= {name.removeprefix("no_") for name in given}  # --no-cuda gives cuda
         run = checkpoint["args"]
@@ -680,6 +698,13 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
     stop_signal: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: stop_signal.append(received))
+
+    class OpenedOnFirstUse(SimpleNamespace):  # the event file or the progress bar, made by `open` when first used
+        def __getattr__(self, name):  # a name it lacks: the opened object's
+            if "opened" not in vars(self):
+                self.opened = self.open()
+            return getattr(self.opened, name)
+
     if RANK != 0:  # process 0 opens the run: a barrier that it passes at the end of this function (or exits: __main__)
         RUN_DIR = all_ranks_list([])[0]  # its path: this process's own lines can name the last checkpoint too
         return None, SimpleNamespace(add_scalar=lambda *_: None, close=lambda: None), tqdm(disable=True), stop_signal
@@ -722,16 +747,19 @@ def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_env
             fail(f"--track: Weights & Biases did not start ({' '.join(str(error).split())}); try WANDB_MODE=offline")
     # A full disk in TensorBoard's writer thread reaches the main thread as the same OSError: one message, not two
     threading.excepthook = lambda hook: None if issubclass(hook.exc_type, OSError) else threading.__excepthook__(hook)
-    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)  # hides the
-    # points that the interrupted run logged after its checkpoint: the resumed run logs those steps again
-    if not checkpoint:
-        table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
-        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
-    # Steps, SPS, ETA, recent return: live on a terminal, a plain line every 30 s in a log file.
+    # The event file and the progress bar (steps, SPS, ETA, recent return: live on a terminal, a plain line every 30 s in
+    # a log file). Resumed, both open at their first use, after restore_checkpoint: a checkpoint that does not fit this
+    # script is refused before it adds a file or a line to the run.
+    purge_step = checkpoint["global_step"] + 1 if checkpoint else None  # hides the points that the interrupted run logged
+    writer = OpenedOnFirstUse(open=lambda: SummaryWriter(run_dir, purge_step=purge_step))  # after its checkpoint
     log_lines = SimpleNamespace(write=lambda text: text.strip() and print(text.strip(), flush=True), flush=lambda: None)
     output = dict(file=sys.stdout, mininterval=0.5) if sys.stdout.isatty() else dict(file=log_lines, mininterval=30)
-    initial = checkpoint["global_step"] if checkpoint else 0
-    progress = tqdm(total=args.planned_steps, initial=initial, unit="step", unit_scale=True, **output)  # whole batches
+    steps = dict(total=args.planned_steps, initial=purge_step - 1 if checkpoint else 0, unit="step", unit_scale=True)
+    progress = OpenedOnFirstUse(open=lambda: tqdm(**steps, **output))  # of whole batches
+    if not checkpoint:
+        writer, progress = writer.open(), progress.open()
+        table = "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     all_ranks_list([run_dir])  # the run is open: the other processes go on
     return run_dir, writer, progress, stop_signal
 
@@ -833,11 +861,12 @@ def write_atomically(path: str, data: bytes) -> None:  # Copied from ppo_atari_e
 def stop_on_write_error(error: OSError) -> None:  # Copied from ppo_atari_envpool.stop_on_write_error
     """A full or unwritable disk ends the run with one line that names the file and the OS error, and how to resume
     from the last checkpoint when there is one; exit status 1 (2 is for bad flags)."""
-    if error.filename is None:  # from TensorBoard's writer thread
-        fail(f"cannot write the event file: {error.strerror or error}; free space, then --resume its checkpoint", status=1)
-    checkpoint = os.path.join(os.path.dirname(error.filename), "checkpoint.pt")
-    resume = f"; the last checkpoint is intact: free space, then --resume {checkpoint}" if os.path.isfile(checkpoint) else ""
-    fail(f"cannot write {error.filename}: {error.strerror or error}{resume}", status=1)
+    filename = os.fsdecode(error.filename) if error.filename else None  # TensorBoard's writer names it in bytes
+    run_dir = os.path.dirname(filename) if filename else RUN_DIR  # no name: from TensorBoard's writer thread
+    checkpoint = os.path.join(run_dir, "checkpoint.pt")
+    written = run_dir and os.path.isfile(checkpoint)
+    resume = f"; the last checkpoint is intact: free space, then --resume {checkpoint}" if written else ""
+    fail(f"cannot write {filename or 'the event file'}: {error.strerror or error}{resume}", status=1)
 
 
 def stop_if_out_of_memory(error: Exception) -> None:  # Copied from ppo_atari_envpool.stop_if_out_of_memory
@@ -861,11 +890,11 @@ def restore_checkpoint(checkpoint: dict, **modules) -> int:  # Copied from ppo_a
     try:
         for name, module in modules.items():
             module.load_state_dict(checkpoint[name])
-    except (KeyError, RuntimeError, ValueError) as error:  # e.g. written by an older version of the script
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        if checkpoint["rng"]["cuda"] and torch.cuda.is_available():  # older ones saved every GPU's: the first one trained
+            torch.cuda.set_rng_state(checkpoint["rng"]["cuda"][0])
+    except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as error:  # e.g. from an older version
         fail(f"--resume: the checkpoint does not fit this version of {os.path.basename(__file__)} ({type(error).__name__})")
-    torch.set_rng_state(checkpoint["rng"]["torch"])
-    if checkpoint["rng"]["cuda"] and torch.cuda.is_available():  # older versions saved every visible GPU's: the first trained
-        torch.cuda.set_rng_state(checkpoint["rng"]["cuda"][0])
     if RANK == 0:  # once, not once per torchrun process
         print(f"resumed at iteration {checkpoint['iteration'] + 1} (global step {checkpoint['global_step']:,})")
     return checkpoint["global_step"]
@@ -937,8 +966,14 @@ if __name__ == "__main__":  # Copied from ppo_atari_envpool.__main__
         stop_on_write_error(error)
     except (MemoryError, RuntimeError) as error:  # out of memory; or Gloo's, when another torchrun process has ended
         stop_if_out_of_memory(error)
-        if "closed by peer" not in str(error) or not dist.is_initialized():
+        gone = re.search(r"(closed|reset) by peer|Broken pipe|Read error|Write error", str(error))  # Gloo's wordings
+        if not gone or not dist.is_initialized():
             raise
+        checkpoint = os.path.join(RUN_DIR, "checkpoint.pt")
+        written = RUN_DIR and os.path.isfile(checkpoint)
+        kept = f"continue with --resume {checkpoint}" if written else "no checkpoint was written"
+        sys.stderr.write(f"error: another torchrun process has ended ({gone[0]}); {kept}\n")  # one line: no traceback
+        sys.stderr.flush()
         os._exit(1)  # at once: sys.exit would abort in Gloo's threads
     for signum in (signal.SIGTERM, signal.SIGINT):  # done: a signal while Python shuts down must not make exit 0 143
         signal.signal(signum, signal.SIG_IGN)

@@ -7,6 +7,7 @@
     python benchmarks/sps.py --jobs 2             # also: 2 concurrent runs with and without the thread split
     python benchmarks/sps.py --cuda --candidates no-torch-deterministic   # the cost of cuDNN's deterministic kernels
     python benchmarks/sps.py --scripts --mjwarp --num-envs 4096 --num-steps 16 --cuda   # only Ant: Warp vs EnvPool
+    python benchmarks/sps.py --scripts --kinetix --kinetix-envs 256 2048 --steady   # only Kinetix: alone vs PPO
 
 The Atari scripts run Breakout-v5, ppo_procgen.py BigfishEasy-v0 and ppo_isaacgym.py
 EnvPool's Ant-v5 (`--env-id`, `--procgen-env-id`, `--mujoco-env-id`).
@@ -31,6 +32,11 @@ cores / K torch threads each, so that they do not fight over the cores; with --c
 With --mjwarp, a table for Ant at --num-envs: EnvPool's Ant-v5 on the CPU and Gymnasium's Ant-v5 on
 MuJoCo Warp (mujoco_warp_tasks.py, on the training device), each simulator alone with random
 actions and PPO end to end (ppo_isaacgym.py --backend envpool / mjwarp).
+With --kinetix, a table for Kinetix's hand-designed levels of --kinetix-env-size at each of --kinetix-envs, on the
+training device (named with the table): the env steps per second of Kinetix alone (ppo_kinetix.py's KinetixTasks,
+stepped --kinetix-steps times with uniformly random MultiDiscrete actions after a step that compiles), of PPO end to
+end (ppo_kinetix.py for --kinetix-iterations iterations; its charts/SPS at the last iteration but one, as the last
+evaluates the solve rate) and their ratio; the two measurements of a size run one after the other.
 With --jobs J, a third table: J runs of each script at the same time, first each with
 torch's default threads (every core), then with cores / J threads each (OMP_NUM_THREADS, as
 sweeps/launch.sh sets for JOBS=J), and the per-run SPS of both; on the CPU only (on a GPU the scripts take 1 thread).
@@ -47,7 +53,7 @@ from __future__ import annotations
 
 import copy
 import glob
-import importlib
+import importlib.util
 import math
 import os
 import statistics
@@ -55,7 +61,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 import tyro
@@ -78,6 +85,8 @@ ALL_SCRIPTS = (
     "ppo_procgen.py",
     "ppo_isaacgym.py",
 )
+KINETIX = "ppo_kinetix.py"
+KINETIX_MINIBATCHES = 32  # passed to ppo_kinetix.py (its default, Beukman's Table 2): a batch must split into them
 FAILED_RUNS = []  # training runs that exited non-zero, for main's exit status (the --jobs threads append too)
 
 
@@ -122,10 +131,29 @@ class Args:
     """also: Ant on MuJoCo Warp against EnvPool's Ant-v5, the simulators alone and PPO end to end (--num-envs each)"""
     warp_steps: int = 20
     """batched steps for MuJoCo Warp's rate (slow on a CPU: about 25 a second at 64 worlds)"""
+    kinetix: bool = False
+    """also: Kinetix alone (random actions) against PPO end to end (ppo_kinetix.py), at each of --kinetix-envs"""
+    kinetix_envs: tuple[int, ...] = ()
+    """the numbers of environments of the Kinetix table, one row each (256 2048); none given: --num-envs"""
+    kinetix_env_size: Literal["s", "m", "l"] = "s"
+    """Kinetix's size class; its hand-designed levels (ppo_kinetix.py --task-set handmade)"""
+    kinetix_steps: int = 100
+    """batched steps for the rate of Kinetix alone"""
+    kinetix_iterations: int = 4
+    """iterations of each ppo_kinetix.py run (of --num-steps); the last, which evaluates the solve rate, is not timed"""
 
 
 def task_of(args: Args, script: str) -> str:
     return {"ppo_procgen.py": args.procgen_env_id, "ppo_isaacgym.py": args.mujoco_env_id}.get(script, args.env_id)
+
+
+def task_flags(args: Args, script: str) -> list[str]:
+    """The flags that give a training run its task: EnvPool's --env-id, or for ppo_kinetix.py Kinetix's hand-designed
+    levels of --kinetix-env-size, the solve rate evaluated only after the last iteration (which the rate leaves out)."""
+    if script == KINETIX:
+        size = ["--task-set", "handmade", "--env-size", args.kinetix_env_size]
+        return [*size, "--num-minibatches", str(KINETIX_MINIBATCHES), "--eval-interval", "0", "--no-eval-handmade"]
+    return ["--env-id", task_of(args, script)]
 
 
 def make_envs(env_id: str, num_envs: int, seed: int):
@@ -235,8 +263,7 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
             sys.executable,
             *torchrun,
             os.path.join(ROOT, script),
-            "--env-id",
-            task_of(args, script),
+            *task_flags(args, script),
             *EXTRA_FLAGS.get(script, []),
             "--num-envs",
             str(args.num_envs),
@@ -267,24 +294,25 @@ def training_sps(args: Args, script: str, metrics_interval: int, nproc: int = 1,
             lines = [line.strip(" │╭╮╰╯─") for line in result.stderr.splitlines()]  # tyro's errors come in a box
             last_line = next((line for line in reversed(lines) if line), "")
             print(
-                f"failed: {' '.join([script, *flags])} (metrics interval {metrics_interval}, {nproc} process(es)) "
-                f"exited with status {result.returncode}: {last_line}",
+                f"failed: {' '.join([script, *flags])} ({args.num_envs} envs, metrics interval {metrics_interval}, "
+                f"{nproc} process(es)) exited with status {result.returncode}: {last_line}",
                 file=sys.stderr,
             )
             FAILED_RUNS.append(command)
             return math.nan
-        return logged_sps(glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0], args.steady)
+        event_file = glob.glob(os.path.join(runs_dir, "*", "events.out.tfevents.*"))[0]
+        return logged_sps(event_file, args.steady, untimed_last=int(script == KINETIX))  # its last evaluates
 
 
-def logged_sps(event_file: str, steady: bool) -> float:
+def logged_sps(event_file: str, steady: bool, untimed_last: int = 0) -> float:
     """The run's charts/SPS at its end (training since the loop began) or, `steady`, the steps per second between the
-    first and last iterations' points (by the event file's times)."""
+    first and last iterations' points (by the event file's times); `untimed_last` iterations at the end left out."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
 
     accumulator = EventAccumulator(event_file)
     accumulator.Reload()
     points = accumulator.Scalars("charts/SPS")
-    first, last = points[0], points[-1]
+    first, last = points[0], points[-1 - untimed_last]
     return (last.step - first.step) / (last.wall_time - first.wall_time) if steady else last.value
 
 
@@ -296,7 +324,9 @@ def main() -> None:
         sys.exit(2)
     counts = {"num-envs": args.num_envs, "num-steps": args.num_steps, "metrics-interval": args.metrics_interval}
     counts |= {"metrics-batch": args.metrics_batch, "repeats": args.repeats, "raw-steps": args.raw_steps}
-    for flag, value in {**counts, "warp-steps": args.warp_steps, "total-timesteps": args.total_timesteps}.items():
+    counts |= {"warp-steps": args.warp_steps, "kinetix-steps": args.kinetix_steps}
+    counts |= {"kinetix-iterations": args.kinetix_iterations, "total-timesteps": args.total_timesteps}
+    for flag, value in [*counts.items(), *(("kinetix-envs", envs) for envs in args.kinetix_envs)]:
         if value < 1:
             print(f"error: --{flag} {value}: must be at least 1", file=sys.stderr)
             sys.exit(2)
@@ -313,9 +343,14 @@ def main() -> None:
     if args.jobs < 1 or (args.jobs > 1 and args.cuda):
         print(f"error: --jobs {args.jobs}: >= 1, and 1 with --cuda (the thread split is the CPU's)", file=sys.stderr)
         sys.exit(2)
-    if not args.scripts and not args.mjwarp:
-        print("error: --scripts names no script and --mjwarp is off: nothing to measure", file=sys.stderr)
+    if not args.scripts and not args.mjwarp and not args.kinetix:
+        print("error: --scripts names no script, and --mjwarp and --kinetix are off: nothing to measure", file=sys.stderr)
         sys.exit(2)
+    if args.kinetix_envs and not args.kinetix:
+        print("error: --kinetix-envs: the Kinetix table needs --kinetix", file=sys.stderr)
+        sys.exit(2)
+    if args.kinetix:
+        check_kinetix(args)
     if args.nproc < 1 or args.num_envs % args.nproc:
         print(f"error: --nproc {args.nproc} does not split --num-envs {args.num_envs} evenly", file=sys.stderr)
         sys.exit(2)
@@ -331,6 +366,9 @@ def main() -> None:
                 f"{torch.cuda.device_count()} GPU(s) are visible",
                 file=sys.stderr,
             )
+            sys.exit(2)
+        if args.kinetix and not jax_gpus():
+            print("error: --kinetix --cuda: JAX sees no GPU here (make kinetix-cuda installs its CUDA build)", file=sys.stderr)
             sys.exit(2)
     device = "cuda" if args.cuda else "cpu"
     print(
@@ -415,6 +453,8 @@ def main() -> None:
         compare_thread_split(args)
     if args.mjwarp:
         compare_mujoco_backends(args)
+    if args.kinetix:
+        compare_kinetix(args)
     sys.exit(1 if FAILED_RUNS else 0)
 
 
@@ -489,6 +529,108 @@ def compare_mujoco_backends(args: Args) -> None:
         f"(ppo_isaacgym.py, {args.num_steps} steps a rollout, metrics every {args.metrics_interval})"
     )
     print_table(("", "env steps/s alone", "PPO SPS"), rows)
+
+
+def check_kinetix(args: Args) -> None:
+    """--kinetix's refusals, before any work (one line, exit 2): Kinetix is installed, each ppo_kinetix.py run times at
+    least one iteration, and each batch splits into its minibatches."""
+    error = ""
+    if args.kinetix_iterations < 2 + args.steady:
+        last = "the last, which evaluates the solve rate"
+        left_out = f"the first, which compiles, and {last}, are" if args.steady else f"{last}, is"
+        error = (
+            f"--kinetix-iterations {args.kinetix_iterations}: at least {2 + args.steady}"
+            f"{' with --steady' if args.steady else ''} ({left_out} not timed)"
+        )
+    flag = "--kinetix-envs" if args.kinetix_envs else "--num-envs"  # none given: --num-envs
+    for envs in args.kinetix_envs or (args.num_envs,):
+        if not error and envs * args.num_steps % KINETIX_MINIBATCHES:
+            error = (
+                f"{flag} {envs}: {envs} envs x --num-steps {args.num_steps} = {envs * args.num_steps} steps do not "
+                f"split into ppo_kinetix.py's {KINETIX_MINIBATCHES} minibatches"
+            )
+    if not error and not all(importlib.util.find_spec(name) for name in ("jax", "kinetix")):
+        error = "--kinetix: Kinetix is not installed (make setup installs it with JAX: requirements-nodeps.txt)"
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def kinetix_module():
+    """ppo_kinetix.py, imported after the environment that JAX reads when it loads: no XLA warnings on loading cached
+    code, and no 75 % of the GPU's memory taken at the first array (the training runs need it)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    return importlib.import_module(KINETIX.removesuffix(".py"))
+
+
+def jax_gpus() -> list:
+    try:
+        return kinetix_module().jax.devices("gpu")
+    except RuntimeError:  # JAX's CPU build
+        return []
+
+
+def kinetix_sps(size: str, num_envs: int, steps: int, device: str) -> float:
+    """Env steps per second of Kinetix alone: a KinetixTasks on the hand-designed levels of `size`, built as
+    ppo_kinetix.main builds it (on torch's device, JAX's compilation cache that the script uses), stepped `steps` times
+    with uniformly random MultiDiscrete actions (torch tensors of int64, as the policy's) after a first step that
+    compiles the batched step or loads it from the cache. torch on 1 thread, as the script's --torch-threads."""
+    import torch  # noqa: PLC0415
+
+    ppo_kinetix = kinetix_module()
+    jax = ppo_kinetix.jax
+    args = ppo_kinetix.Args(task_set="handmade", env_size=size, num_envs=num_envs)
+    os.makedirs(args.jax_cache_dir, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", args.jax_cache_dir)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.torch_threads)
+    try:
+        tasks = ppo_kinetix.task_set(args, "")
+        envs = ppo_kinetix.KinetixTasks(args, tasks, num_envs, torch.device(device), seed=0)
+        generator = torch.Generator().manual_seed(0)
+        heads = [torch.randint(0, n, (steps + 1, num_envs), generator=generator) for n in ppo_kinetix.ACTION_SIZES]
+        actions = torch.stack(heads, dim=-1).to(device)
+        envs.start()
+        envs.step(actions[0])
+        synchronize = torch.cuda.synchronize if device == "cuda" else lambda: None
+        synchronize()
+        jax.block_until_ready(envs.states)
+        start = time.perf_counter()
+        for step in range(1, steps + 1):
+            envs.step(actions[step])
+        jax.block_until_ready(envs.states)  # JAX dispatches asynchronously: the clock stops when the last step is done
+        return steps * num_envs / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def compare_kinetix(args: Args) -> None:
+    """Kinetix alone and PPO end to end at each of --kinetix-envs on the training device, one after the other."""
+    device = "cuda" if args.cuda else "cpu"
+    rows = []
+    for envs in args.kinetix_envs or (args.num_envs,):
+        alone, ppo = [], []
+        run = replace(args, num_envs=envs, total_timesteps=args.kinetix_iterations * envs * args.num_steps)
+        for _ in range(args.repeats):
+            try:
+                alone.append(kinetix_sps(args.kinetix_env_size, envs, args.kinetix_steps, device))
+            except Exception as error:  # noqa: BLE001 - reported, not fatal: the other sizes still run
+                print(f"failed: Kinetix alone at {envs} envs: {type(error).__name__}: {error}", file=sys.stderr)
+                FAILED_RUNS.append(["Kinetix alone", envs])
+                alone.append(math.nan)
+            ppo.append(training_sps(run, KINETIX, args.metrics_interval))
+        sps_alone, sps_ppo = over_succeeded(statistics.median, alone), over_succeeded(statistics.median, ppo)
+        rows.append((f"{envs} envs", cell(sps_alone), cell(sps_ppo), cell(sps_ppo / sps_alone, "{:.3f}")))
+    timed = range(2 if args.steady else 1, args.kinetix_iterations)  # the last iteration evaluates the solve rate
+    measured = sum(args.metrics_interval > 0 and iteration % args.metrics_interval == 0 for iteration in timed)
+    iterations = f"iterations {timed.start} to {timed.stop - 1}" if len(timed) > 1 else f"iteration {timed.start}"
+    print(
+        f"\nKinetix, hand-designed {args.kinetix_env_size.upper()} levels, on {device_name(device)}: env steps/s of "
+        f"Kinetix alone (random actions, {args.kinetix_steps} steps) and of PPO end to end (ppo_kinetix.py, "
+        f"{args.num_steps} steps a rollout, {iterations} of {args.kinetix_iterations} timed, {measured} with metrics)"
+    )
+    print_table(("", "env steps/s alone", "PPO SPS", "PPO / alone"), rows)
 
 
 def device_name(device: str) -> str:

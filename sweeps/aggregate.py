@@ -14,7 +14,8 @@ Subcommands:
             probability of improvement of each configuration over that one, IQM curves over
             training, metric curves (every metrics/ tag; with several games also one figure a game, its score
             first, as the paper's Fig. 3 and 10), final IQM against N_envs, final score
-            against the data-to-divergence ratio (DDR), and report.md with the numbers.
+            against the data-to-divergence ratio (DDR), and report.md with the numbers. When every configuration
+            is left out of the aggregate (each with a data note), only the curves: exit status 1.
   coverage  state-space coverage (paper Fig. 2, 9; Appendix B.7): the embeddings.npz of
             runs made with --save-embeddings, projected to 2-D with UMAP (one projection per
             game, fitted on all its runs), rescaled to [0, 1]^2; Cvg = occupied cells of a
@@ -28,6 +29,9 @@ score is the mean over the episodes that end in the last --final-fraction of its
 (ppo_kinetix.py, env_id Kinetix-<task set>-<size>) scores its solve rate instead of a return: charts/solve_rate, the
 fraction of its training tasks solved, already in [0, 1] (not normalised), its final score the mean of the
 evaluations in that last fraction (a data note when it is pooled with other games' scores).
+
+Event files are read record by record with both CRCs of the TFRecord framing checked: a damaged record is dropped with a
+data note naming the file (--strict: exit 1), never read as another value.
 """
 
 from __future__ import annotations
@@ -92,28 +96,82 @@ def add_note(note: str) -> None:
         print(f"warning: {note}", file=sys.stderr)
 
 
+# CRC32C (Castagnoli), the checksum of TFRecord framing: the reflected polynomial 0x82F63B78, one table entry a byte value
+CRC32C_TABLE = np.arange(256, dtype=np.uint32)
+for _ in range(8):
+    CRC32C_TABLE = np.where(CRC32C_TABLE & 1, (CRC32C_TABLE >> 1) ^ np.uint32(0x82F63B78), CRC32C_TABLE >> 1)
+CRC32C_TABLE_LIST = CRC32C_TABLE.tolist()
+LONG_RECORD = 4096  # bytes: a longer record (text, an image) is checked on its own, not in the vectorised loop
+
+
+def masked_crc32c(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """TFRecord's masked CRC32C of buffer[start : start + length] for each (start, length), as uint32. The records are
+    checked together, one byte position at a time (numpy, a table lookup per byte): the cost of a loop over a record's
+    bytes is paid once a file, not once a record. Records over LONG_RECORD bytes (the run's hyperparameter text) go
+    through a Python loop each."""
+    crcs = np.full(len(starts), 0xFFFFFFFF, dtype=np.uint32)
+    short = lengths <= LONG_RECORD
+    order = np.flatnonzero(short)[np.argsort(-lengths[short], kind="stable")]  # longest first: the active ones a prefix
+    first_bytes, sorted_lengths = starts[order], lengths[order]
+    active_counts = len(order) - np.searchsorted(sorted_lengths[::-1], np.arange(sorted_lengths.max(initial=0)), "right")
+    sorted_crcs = crcs[order]
+    for j, active in enumerate(active_counts.tolist()):
+        crc = sorted_crcs[:active]
+        sorted_crcs[:active] = CRC32C_TABLE[(crc ^ buffer[first_bytes[:active] + j]) & 0xFF] ^ (crc >> 8)
+    crcs[order] = sorted_crcs
+    for i in np.flatnonzero(~short).tolist():
+        crc = 0xFFFFFFFF
+        for byte in buffer[starts[i] : starts[i] + lengths[i]].tobytes():
+            crc = CRC32C_TABLE_LIST[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+        crcs[i] = crc
+    crcs ^= np.uint32(0xFFFFFFFF)
+    return ((crcs >> 15) | (crcs << 17)) + np.uint32(0xA282EAD8)  # the mask (wraps around in uint32)
+
+
+def uint32_at(buffer: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The little-endian uint32 at each offset of a byte buffer."""
+    return buffer[offsets[:, None] + np.arange(4)].view("<u4").ravel()
+
+
 def events_in(path: str):
-    """The Events of an event file, in order, with a note when the file ends inside a record (cut short) or holds one that
-    is no Event, which TensorBoard passes over in silence. Each record is an 8-byte length, its CRC, the Event and the
-    Event's CRC (not checked: a truncated file is the damage that a killed run leaves)."""
+    """The Events of an event file, in order. Each record is an 8-byte length, the length's masked CRC32C, the Event and
+    the Event's masked CRC32C; both CRCs are checked (TensorBoard drops a damaged record too, silently). A record whose
+    Event fails its CRC (e.g. a flipped bit: a return of 0.0 read as 2.0) is dropped with a data note; a length that fails
+    its CRC, or a file that ends inside a record (the damage that a killed run leaves), ends the reading there with a
+    note, as where the next record starts is lost with it."""
     from google.protobuf.message import DecodeError  # noqa: PLC0415 - TensorBoard's dependencies
     from tensorboard.compat.proto.event_pb2 import Event  # noqa: PLC0415
 
     with open(path, "rb") as f:
         data = f.read()
-    position = 0
+    heads, lengths, position = [], [], 0  # the framing, as the lengths give it; checked below
     while position + 12 <= len(data):
-        end = position + 16 + int.from_bytes(data[position : position + 8], "little")
-        if end > len(data):
+        length = int.from_bytes(data[position : position + 8], "little")
+        if position + 16 + length > len(data):
             break
+        heads.append(position)
+        lengths.append(length)
+        position += 16 + length
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    heads, lengths = np.array(heads, dtype=np.int64), np.array(lengths, dtype=np.int64)
+    framed = masked_crc32c(buffer, heads, np.full(len(heads), 8)) == uint32_at(buffer, heads + 8)
+    if not framed.all():  # a damaged length: the records after it are not where it says
+        unframed = int(np.argmin(framed))
+        position, heads, lengths = int(heads[unframed]), heads[:unframed], lengths[:unframed]
+    intact = masked_crc32c(buffer, heads + 12, lengths) == uint32_at(buffer, heads + 12 + lengths)
+    file = os.path.basename(path)
+    for head, length, ok in zip(heads.tolist(), lengths.tolist(), intact.tolist(), strict=True):
+        if not ok:
+            data_note(os.path.dirname(path), f"{file}: the record at byte {head:,} is damaged (CRC mismatch): dropped")
+            continue
         try:
-            event = Event.FromString(data[position + 12 : end - 4])
-        except DecodeError:  # a damaged record: where the next one starts is lost with it
-            break
-        position = end
+            event = Event.FromString(data[head + 12 : head + 12 + length])
+        except DecodeError:  # intact, but not an Event (written by another tool)
+            data_note(os.path.dirname(path), f"{file}: the record at byte {head:,} is no TensorBoard event: dropped")
+            continue
         yield event
     if position != len(data):
-        damage = f"{os.path.basename(path)} is damaged (cut short or unreadable from byte {position:,})"
+        damage = f"{file} is damaged (cut short or unreadable from byte {position:,})"
         data_note(os.path.dirname(path), f"{damage}: only the events before it are read")
 
 
@@ -701,6 +759,9 @@ def usage_error(message: str, include_unfinished: bool) -> None:
     sys.exit(2)
 
 
+NOTHING_TO_AGGREGATE = "nothing left to aggregate: every configuration was left out (the data notes say why)"
+
+
 def report(
     sweep_dir: str,
     out_dir: str,
@@ -723,15 +784,14 @@ def report(
     make_out_dir(out_dir)
     games = sorted({run["env_id"] for run in runs})
     label, kinds = score_label(runs), {run["env_id"]: score_kind(run) for run in runs}
-    if label == "score":  # raw returns or solve rates pooled with normalised scores: the aggregates mix scales (--strict: 1)
+    matrices, kept = score_matrices(groups, games, final_fraction)
+    if matrices and label == "score":  # raw returns or solve rates pooled with normalised ones: the aggregates mix scales
         for game in (game for game in games if kinds[game] == "return"):
             data_note(game, "no normalising constants in metrics.py: its raw returns are pooled with normalised scores")
         for game in (game for game in games if kinds[game] == "solve rate"):
             data_note(game, "a Kinetix solve rate (the fraction of its tasks solved) is pooled with other games' scores")
     colors = config_colors(configs)
     grid = np.linspace(0, max(run["total_steps"] for run in runs), points + 1)[1:]
-
-    matrices, kept = score_matrices(groups, games, final_fraction)
     normalised = label not in ("return", "score")  # one kind of normalised score: the optimality gap has a meaning
     names = AGGREGATE_NAMES[: 4 if normalised else 3]
     estimates, intervals = interval_estimates(matrices, lambda scores: aggregate_metrics(scores, normalised), reps)
@@ -850,7 +910,9 @@ def report(
     ]
     for row in summary:
         lines.append(f"| {row['config']} | " + " | ".join(f"{value:.3f}" for value in row["per_game"]) + " |")
-    figures = ["learning_curves.png", "iqm_curves.png", "aggregate_metrics.png", "score_vs_num_envs.png"]
+    if not summary:  # every configuration left out (each noted): no table, no pooling of scores to warn about
+        lines = [lines[0], "", f"{len(runs)} runs, {len(games)} game(s): {', '.join(games)}. {NOTHING_TO_AGGREGATE}."]
+    figures = ["learning_curves.png"] + ["iqm_curves.png", "aggregate_metrics.png", "score_vs_num_envs.png"] * bool(summary)
     figures += ["performance_profiles.png"] if has_profiles else []
     figures += ["probability_of_improvement.png"] if improvement else []
     figures += ["metric_curves.png", *game_figures.values()] if tags else []
@@ -862,6 +924,9 @@ def report(
         f.write("\n".join(lines))
     print("\n".join(lines[: 6 + len(summary)]))
     print(f"wrote {os.path.join(out_dir, 'report.md')}")
+    if not summary:
+        sys.stderr.write(f"error: {NOTHING_TO_AGGREGATE}; {os.path.join(out_dir, 'report.md')} has the curves only\n")
+        sys.exit(1)
 
 
 # --------------------------------------------------------------------------------------

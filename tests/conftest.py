@@ -250,6 +250,23 @@ def stop_after_first_checkpoint(monkeypatch, script, argv):
     monkeypatch.setattr(script, "save_checkpoint", original)
 
 
+def check_a_discarded_rollout_leaves_the_normalisers(monkeypatch, script, argv, names):
+    """SIGTERM after the first checkpoint (iteration 1): the rollout under way runs to its end and is discarded, so the
+    normalisers `names` of the checkpoint written on the stop are those of iteration 1's end, as a resume needs them."""
+    saved, save = [], script.save_checkpoint
+
+    def save_and_record(*args, **modules):
+        saved.append({name: {k: v.clone() for k, v in modules[name].state_dict().items()} for name in names})
+        save(*args, **modules)
+
+    monkeypatch.setattr(script, "save_checkpoint", save_and_record)
+    stop_after_first_checkpoint(monkeypatch, script, argv)
+    assert len(saved) == 2  # iteration 1's, and the one written on the stop
+    for name in names:
+        for key, value in saved[0][name].items():
+            assert torch.equal(saved[1][name][key], value), (name, key)
+
+
 # A few iterations of 2 envs x 16 steps; a 40-step time limit guarantees finished games.
 TINY_PPO_FLAGS = (
     "--no-cuda",
@@ -502,3 +519,30 @@ def one_reward_per_step(module, monkeypatch):
         return obs, reward, terminated, truncated, info
 
     wrap_envpool_steps(module, monkeypatch, change)
+
+
+def check_life_lost_on_the_time_limit(monkeypatch, tmp_path, module, flags, targets="compute_gae"):
+    """EnvPool reports a step that reaches the time limit (here every 5 steps) as truncated, never terminated. Env 0
+    loses a life (its lives drop) or its game (info["terminated"]), by turns, on each of its time limits: main() must
+    hand `targets` (GAE, Q(lambda)) a termination there; env 1's time limits, where nothing ends, stay truncations."""
+    planted = []
+
+    def change(obs, reward, terminated, truncated, info):
+        if truncated[0]:
+            info |= {name: info[name].copy() for name in ("lives", "terminated")}  # EnvPool's own arrays stay as they are
+            planted.append(len(planted) % 2)
+            if planted[-1]:
+                info["terminated"][0] = 1  # the game over
+            else:
+                info["lives"][0] -= 1  # a life lost
+        return obs, reward, terminated, truncated, info
+
+    fed, compute = [], getattr(module, targets)
+    monkeypatch.setattr(module, targets, lambda *args: fed.append(torch.stack(args[2:4])) or compute(*args))
+    wrap_envpool_steps(module, monkeypatch, change)
+    argv = [*flags, "--max-episode-steps", "5", "--total-timesteps", "64", "--metrics-interval", "0", "--runs-dir"]
+    run_main(monkeypatch, module, [*argv, str(tmp_path)])
+    terminations, truncations = torch.cat(fed, dim=1).bool()  # (T, N) of every rollout
+    assert planted.count(0) >= 2 and planted.count(1) >= 2 and truncations.sum(0).min() >= 2
+    assert terminations[:, 0][truncations[:, 0]].all()  # a life or the game lost: no bootstrap
+    assert not terminations[:, 1][truncations[:, 1]].any()  # a plain time limit: bootstrap

@@ -1,6 +1,6 @@
 """The benchmark scripts on tiny budgets: each runs and prints what it says it measures."""
 
-import importlib
+import importlib.util
 import os
 import re
 
@@ -98,6 +98,7 @@ def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_r
 
 
 SPS_COUNTS = "num-envs num-steps metrics-interval metrics-batch repeats raw-steps warp-steps total-timesteps".split()
+SPS_COUNTS += ["kinetix-steps", "kinetix-iterations"]
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ SPS_COUNTS = "num-envs num-steps metrics-interval metrics-batch repeats raw-step
     [
         (["--cuda"], "error: --cuda: no CUDA device"),
         (["--jobs", "2", "--cuda"], "error: --jobs 2: >= 1, and 1 with --cuda"),  # on a GPU the scripts take 1 thread
-        (["--scripts"], "error: --scripts names no script and --mjwarp is off"),
+        (["--scripts"], "error: --scripts names no script, and --mjwarp and --kinetix are off"),
         (["--repeats", "0"], "error: --repeats 0: must be at least 1"),  # it printed an empty table and exited 0
         (["--num-envs", "-4"], "error: --num-envs -4: must be at least 1"),  # it ended in EnvPool's traceback
         (["--steady", "--total-timesteps", "1024"], "error: --steady: --total-timesteps 1024 is under 2 iterations"),
@@ -115,10 +116,39 @@ SPS_COUNTS = "num-envs num-steps metrics-interval metrics-batch repeats raw-step
         *[([f"--{flag}", "0", "--jobs", "0"], f"error: --{flag} 0: must be at least 1") for flag in SPS_COUNTS],
         (["--steady", "--total-timesteps", "2048", "--jobs", "0"], "error: --jobs 0"),  # 2 batches of 8 x 128
         (["--candidates", "torch-threads=16", "compile cudagraphs", "--jobs", "0"], "error: --jobs 0"),
+        # --kinetix: each size at least 1, a batch that splits into ppo_kinetix.py's 32 minibatches, an iteration timed
+        (["--kinetix", "--kinetix-envs", "256", "0"], "error: --kinetix-envs 0: must be at least 1"),
+        (["--kinetix-envs", "256"], "error: --kinetix-envs: the Kinetix table needs --kinetix"),
+        (
+            ["--kinetix", "--kinetix-envs", "256", "3", "--num-steps", "4"],
+            "error: --kinetix-envs 3: 3 envs x --num-steps 4 = 12 steps do not split into ppo_kinetix.py's 32 minibatches",
+        ),
+        (["--kinetix", "--num-envs", "2", "--num-steps", "4"], "error: --num-envs 2: 2 envs x --num-steps 4 = 8"),
+        (["--kinetix", "--kinetix-iterations", "1"], "error: --kinetix-iterations 1: at least 2 (the last, which"),
+        (["--kinetix", "--steady", "--kinetix-iterations", "2"], "error: --kinetix-iterations 2: at least 3 with --steady"),
+        (["--kinetix", "--kinetix-iterations", "2", "--nproc", "3"], "error: --nproc 3"),  # 2 do without --steady
     ],
 )
 def test_sps_benchmark_refuses_what_it_cannot_measure_in_one_line(flags, error, monkeypatch, capsys):
     assert refusal(monkeypatch, capsys, "sps", flags).startswith(error)
+
+
+def test_sps_benchmark_refuses_kinetix_without_kinetix_or_without_jaxs_gpu_on_a_gpu(monkeypatch, capsys):
+    pytest.importorskip("kinetix", reason="needs Kinetix (make setup: requirements-nodeps.txt)")
+    find_spec = importlib.util.find_spec
+    with monkeypatch.context() as patch:  # Kinetix not installed
+        patch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "kinetix" else find_spec(name, *rest))
+        error = refusal(patch, capsys, "sps", ["--scripts", "--kinetix"])
+    assert error.startswith("error: --kinetix: Kinetix is not installed"), error
+    import jax  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    if any(device.platform == "gpu" for device in jax.devices()):
+        pytest.skip("JAX has a GPU here")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # torch sees a GPU, JAX (its CPU build) none
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    error = refusal(monkeypatch, capsys, "sps", ["--scripts", "--kinetix", "--cuda"])
+    assert error.startswith("error: --kinetix --cuda: JAX sees no GPU here (make kinetix-cuda"), error
 
 
 @pytest.mark.parametrize(
@@ -187,6 +217,91 @@ def test_sps_benchmark_reads_the_rate_of_the_whole_run_or_after_the_first_iterat
     event_file = next(tmp_path.glob("events.out.tfevents.*"))
     assert sps.logged_sps(str(event_file), steady=False) == 20  # the script's own: 500 steps in 25 s
     assert sps.logged_sps(str(event_file), steady=True) == pytest.approx(100.0)  # 400 steps in 4 s
+
+
+def test_sps_benchmark_leaves_the_last_iterations_of_a_run_untimed_if_asked(tmp_path, monkeypatch):
+    """ppo_kinetix.py evaluates the solve rate after its last iteration (--eval-interval 0): that iteration is not timed."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    sps = importlib.import_module("sps")
+    writer = SummaryWriter(str(tmp_path))
+    for step, walltime, value in ((100, 10.0, 5), (300, 12.0, 15), (500, 14.0, 20), (600, 20.0, 18)):  # the last: 6 s
+        writer.add_scalar("charts/SPS", value, step, walltime=walltime)
+    writer.close()
+    event_file = str(next(tmp_path.glob("events.out.tfevents.*")))
+    assert sps.logged_sps(event_file, steady=False, untimed_last=1) == 20
+    assert sps.logged_sps(event_file, steady=True, untimed_last=1) == pytest.approx(100.0)  # 400 steps in 4 s
+    assert sps.logged_sps(event_file, steady=True) == pytest.approx(50.0)  # 500 steps in 10 s
+
+
+def test_sps_benchmark_times_kinetix_alone_and_ppo_end_to_end():
+    """The Kinetix table, for real, at 16 envs of the S levels (a compiled step that test_ppo_kinetix.py leaves in JAX's
+    cache): the rate alone, PPO's and their ratio. Each size costs a ppo_kinetix.py run and a trace of Kinetix's step
+    (about 30 s on 2 cores): the next test checks several sizes with both measurements faked."""
+    pytest.importorskip("kinetix", reason="needs Kinetix (make setup: requirements-nodeps.txt)")
+    flags = ["--kinetix-envs", "16", "--kinetix-env-size", "s", "--num-steps", "2", "--kinetix-steps", "3"]
+    flags += ["--kinetix-iterations", "3", "--steady"]
+    result = run_script("benchmarks/sps.py", "--scripts", "--kinetix", *flags, env={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    title = next(line for line in lines if line.startswith("Kinetix, hand-designed S levels, on CPU, "))
+    assert "2 steps a rollout, iteration 2 of 3 timed, 0 with metrics" in title, title
+    header, row = lines[lines.index(title) + 1 :]
+    assert header.split() == ["env", "steps/s", "alone", "PPO", "SPS", "PPO", "/", "alone"]
+    assert row.startswith("16 envs  "), row
+    alone, ppo, ratio = (float(cell.replace(",", "")) for cell in row.split()[-3:])
+    assert alone > 0 and ppo > 0 and ratio == pytest.approx(ppo / alone, rel=0.02, abs=0.002), row
+
+
+def test_sps_benchmark_kinetix_table_measures_each_size_alone_then_ppo_and_reports_a_failure(monkeypatch, capsys):
+    """compare_kinetix with both measurements faked: each size of --kinetix-envs in turn, Kinetix alone then PPO (never
+    at once), a ppo_kinetix.py run of --kinetix-iterations batches on the hand-designed levels; a size whose measurement
+    raises reads `failed` and the others still print."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    sps = importlib.import_module("sps")
+    monkeypatch.setattr(sps, "FAILED_RUNS", [])
+    calls = []
+
+    def alone(size, num_envs, steps, device):
+        calls.append(("alone", num_envs))
+        if num_envs == 64:
+            raise MemoryError("out of memory")
+        assert (size, steps, device) == ("m", 7, "cpu")
+        return 1000.0 * num_envs
+
+    def ppo(run, script, metrics_interval):
+        calls.append(("ppo", run.num_envs))
+        assert script == "ppo_kinetix.py" and metrics_interval == 3 and run.steady
+        assert run.total_timesteps == 5 * run.num_envs * 16  # --kinetix-iterations batches
+        return 250.0 * run.num_envs
+
+    monkeypatch.setattr(sps, "kinetix_sps", alone)
+    monkeypatch.setattr(sps, "training_sps", ppo)
+    args = sps.Args(kinetix=True, kinetix_envs=(256, 64, 2048), kinetix_env_size="m", kinetix_steps=7, num_steps=16)
+    args.kinetix_iterations, args.metrics_interval, args.steady = 5, 3, True
+    sps.compare_kinetix(args)
+    assert calls == [("alone", 256), ("ppo", 256), ("alone", 64), ("ppo", 64), ("alone", 2048), ("ppo", 2048)]
+    captured = capsys.readouterr()
+    assert captured.err == "failed: Kinetix alone at 64 envs: MemoryError: out of memory\n" and len(sps.FAILED_RUNS) == 1
+    lines = captured.out.splitlines()
+    assert lines[1].startswith("Kinetix, hand-designed M levels, on CPU, "), lines[1]
+    assert "16 steps a rollout, iterations 2 to 4 of 5 timed, 1 with metrics)" in lines[1]  # iteration 3
+    assert [row.split() for row in lines[3:]] == [
+        ["256", "envs", "256,000", "64,000", "0.250"],
+        ["64", "envs", "failed", "16,000", "failed"],
+        ["2048", "envs", "2,048,000", "512,000", "0.250"],
+    ]
+    # the run's task: the hand-designed levels, the solve rate only after the last iteration (not timed), no time on others
+    assert sps.task_flags(args, "ppo_kinetix.py") == [
+        "--task-set",
+        "handmade",
+        "--env-size",
+        "m",
+        "--num-minibatches",
+        "32",
+        "--eval-interval",
+        "0",
+        "--no-eval-handmade",
+    ]
 
 
 def test_async_envs_benchmark_times_the_three_modes():
@@ -264,7 +379,17 @@ def test_read_events_benchmark_reads_the_points_of_a_resumed_run_as_tensorboard_
 
 
 @pytest.mark.parametrize(
-    "script", ["async_envs", "bf16_update", "host_threads", "random_policy", "ratio_noise", "read_events", "sps"]
+    "script",
+    [
+        "async_envs",
+        "bf16_update",
+        "host_threads",
+        "kinetix_random_policy",
+        "random_policy",
+        "ratio_noise",
+        "read_events",
+        "sps",
+    ],
 )
 def test_benchmark_help_says_what_it_measures(script):
     """--help shows the module's docstring (what it measures, example commands) before the flags."""

@@ -17,7 +17,17 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, TOO_BIG_PHASE, only_run_dir, read_scalars, run_main, run_script, run_torchrun, wrap_envpool_steps
+from conftest import (
+    ROOT,
+    TOO_BIG_PHASE,
+    only_run_dir,
+    read_scalars,
+    run_main,
+    run_script,
+    run_torchrun,
+    usage_error,
+    wrap_envpool_steps,
+)
 from torch.utils.tensorboard import SummaryWriter
 
 AGGREGATE = os.path.join(ROOT, "sweeps", "aggregate.py")
@@ -92,6 +102,100 @@ def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(
     assert clean.returncode == 0 and "warning" not in clean.stderr, clean.stderr
 
 
+def flip_bit_of_return(run_dir, step: int, old: bytes, new: bytes) -> tuple[str, int]:
+    """Change the float of the charts/episodic_return record at `step` from `old` to `new` (4 bytes, one bit apart),
+    leaving its CRCs as they were: the event file and the record's byte offset."""
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    (path,) = glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))
+    data, position = bytearray(open(path, "rb").read()), 0
+    while position < len(data):
+        length = int.from_bytes(data[position : position + 8], "little")
+        payload = bytes(data[position + 12 : position + 12 + length])
+        if Event.FromString(payload).step == step:
+            field = payload.index(b"\x15" + old)  # simple_value: field 2, a fixed32
+            assert bin(int.from_bytes(old, "little") ^ int.from_bytes(new, "little")).count("1") == 1
+            data[position + 12 + field + 1 : position + 12 + field + 5] = new
+            assert Event.FromString(bytes(data[position + 12 : position + 12 + length])).summary.value[0].simple_value != 0
+            open(path, "wb").write(data)
+            return os.path.basename(path), position
+        position += 16 + length
+    raise AssertionError(f"no record at step {step}")
+
+
+def test_aggregate_drops_a_record_with_a_flipped_bit_names_its_file_and_strict_fails(tmp_path):
+    """One flipped bit turned an episodic return of 0.0 into 2.0, read without a word: the record's CRC says it is
+    damaged. It is dropped (the other points stay), a data note names the run and the file, --strict exits 1."""
+    from sweeps import aggregate
+
+    sweep = tmp_path / "sweep"
+    fake_run(sweep, 1, list(range(50, 1001, 50)))
+    damaged = fake_run(sweep, 2, None)
+    writer = SummaryWriter(str(sweep / damaged))
+    for step in range(50, 1001, 50):
+        writer.add_scalar("charts/episodic_return", 0.0, step)
+    writer.close()
+    file, byte = flip_bit_of_return(sweep / damaged, 950, b"\0\0\0\0", b"\0\0\0\x40")  # 0.0 -> 2.0
+    note = f"{damaged}: {file}: the record at byte {byte:,} is damaged (CRC mismatch): dropped"
+
+    aggregate.DATA_NOTES.clear()
+    steps, returns = aggregate.read_scalars(str(sweep / damaged))["charts/episodic_return"]
+    assert steps.tolist() == [step for step in range(50, 1001, 50) if step != 950] and not returns.any()
+    assert aggregate.DATA_NOTES == [note]
+    aggregate.DATA_NOTES.clear()
+
+    command = [sys.executable, AGGREGATE, "report", str(sweep), "--reps", "10", "--points", "2"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stderr.splitlines() == [f"warning: {note}"], result.stderr
+    assert f"- {note}" in (sweep / "report" / "report.md").read_text()
+    strict = subprocess.run([*command, "--strict"], capture_output=True, text=True)
+    assert strict.returncode == 1 and strict.stderr.strip().splitlines()[-1].startswith("error: --strict: 1 datum(s)")
+
+
+def test_aggregate_stops_reading_an_event_file_at_a_damaged_length(tmp_path):
+    """A flipped bit in a record's length (its own CRC fails): where the next record starts is lost, so the file is read
+    up to that record, with a note; a bit flipped in a data CRC drops that one record."""
+    from sweeps import aggregate
+
+    run = fake_run(tmp_path, 1, list(range(50, 1001, 50)))
+    (path,) = glob.glob(os.path.join(tmp_path, run, "events.out.tfevents.*"))
+    data, heads, position = bytearray(open(path, "rb").read()), [], 0
+    while position < len(data):
+        heads.append(position)
+        position += 16 + int.from_bytes(data[position : position + 8], "little")
+    assert len(heads) == 21  # the file version, then the 20 returns
+    data[heads[5] + 12 + int.from_bytes(data[heads[5] : heads[5] + 8], "little") + 2] ^= 0x10  # the 5th return's data CRC
+    data[heads[15]] ^= 0x01  # the 15th return's length
+    open(path, "wb").write(data)
+    aggregate.DATA_NOTES.clear()
+    steps, _ = aggregate.read_scalars(os.path.join(tmp_path, run))["charts/episodic_return"]
+    assert steps.tolist() == [step for step in range(50, 701, 50) if step != 250]
+    file = os.path.basename(path)
+    assert aggregate.DATA_NOTES == [
+        f"{run}: {file}: the record at byte {heads[5]:,} is damaged (CRC mismatch): dropped",
+        f"{run}: {file} is damaged (cut short or unreadable from byte {heads[15]:,}): only the events before it are read",
+    ]
+    aggregate.DATA_NOTES.clear()
+
+
+def test_aggregate_crc32c_is_tensorboards_masked_crc32c():
+    """The vectorised CRC32C of aggregate.py against TensorBoard's own (pure Python, one record at a time), on lengths
+    around the table loop's edges and over LONG_RECORD (checked in Python)."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    from sweeps import aggregate
+
+    rng = np.random.default_rng(0)
+    lengths = [0, 1, 2, 3, 8, 9, 31, 72, 1000, aggregate.LONG_RECORD, aggregate.LONG_RECORD + 1, 9000, 5, 0]
+    records = [rng.integers(0, 256, length, dtype=np.uint8).tobytes() for length in lengths]
+    starts = np.cumsum([0, *lengths[:-1]])
+    crcs = aggregate.masked_crc32c(np.frombuffer(b"".join(records), dtype=np.uint8), starts, np.array(lengths))
+    assert crcs.dtype == np.uint32 and crcs.tolist() == [masked_crc32c(record) for record in records]
+    check = 0xE3069283  # CRC32C's check value: the CRC of b"123456789" (RFC 3720, iSCSI), masked as TFRecord masks it
+    nine = aggregate.masked_crc32c(np.frombuffer(b"123456789", dtype=np.uint8), np.array([0]), np.array([9]))
+    assert nine.tolist() == [(((check >> 15) | (check << 17)) + 0xA282EAD8) & 0xFFFFFFFF]
+
+
 # ---- The training scripts' plumbing, through ppo_atari_envpool.py (the other scripts hold checked copies of it) ----
 SCRIPT = "ppo_atari_envpool.py"
 TINY = [
@@ -148,11 +252,12 @@ def test_a_disk_full_mid_run_stops_with_one_line_and_keeps_the_last_checkpoint(t
 
 def test_a_disk_full_at_process_0_under_torchrun_ends_the_other_without_a_traceback(tmp_path):
     """Process 0 alone writes the run: when a full disk stops it, the other process meets its end in a collective and
-    leaves quietly (not with Gloo's traceback); the one line is process 0's."""
+    leaves with one line that names the checkpoint (not with Gloo's traceback)."""
     with small_disk(str(tmp_path / "disk"), 32) as disk:
         result = run_torchrun(SCRIPT, 2, *TINY, "--total-timesteps", "256", "--checkpoint-interval", "2", "--runs-dir", disk)
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert result.returncode != 0 and len(errors) == 1 and "No space left on device" in errors[0], result.stderr
+    errors = sorted(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    assert result.returncode != 0 and len(errors) == 2 and "No space left on device" in errors[1], result.stderr
+    assert errors[0].startswith("error: another torchrun process has ended") and "--resume" in errors[0], result.stderr
     assert "[rank1]" not in result.stderr and "exitcode: -6" not in result.stderr, result.stderr
 
 
@@ -176,7 +281,7 @@ def test_a_disk_that_fills_up_under_the_event_file_stops_the_run_with_one_line(t
             f.write(b"\0" * (os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize - 24 * 1024))
         result = run_script(SCRIPT, *TINY, "--total-timesteps", "6400", "--runs-dir", disk)
     assert result.returncode == 1 and result.stderr == (
-        "error: cannot write the event file: No space left on device; free space, then --resume its checkpoint\n"
+        "error: cannot write the event file: No space left on device\n"  # no checkpoint to resume: none is named
     )
 
 
@@ -474,3 +579,116 @@ def test_a_metrics_batch_smaller_than_the_torchrun_processes_exits_2_with_one_li
         module.validate_and_derive(module.Args(metrics_batch=1, cuda=False))
     assert stop.value.code == 2
     assert capsys.readouterr().err == "error: --metrics-batch 1 leaves some of the 2 processes no state to measure\n"
+
+
+def test_a_torchrun_process_killed_leaves_the_other_one_line_that_names_the_checkpoint(tmp_path):
+    """A real SIGKILL of one worker after the first checkpoint: Gloo tells the survivor "Connection reset by peer" (or
+    "closed by peer", a read or write error); it ends with one line naming the checkpoint, exit 1, no traceback."""
+    flags = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "4096", "--no-cuda", "--torch-threads", "1"]
+    flags += ["--checkpoint-interval", "2", "--runs-dir", str(tmp_path / "runs")]
+    logs = ["--log-dir", str(tmp_path / "logs"), "--redirects", "3"]  # each worker's stdout and stderr in a file
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *logs]
+    process = subprocess.Popen(
+        [*launcher, SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.time() + 300
+    while not glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt")):
+        assert time.time() < deadline and process.poll() is None, "no checkpoint"
+        time.sleep(0.1)
+
+    def environment(pid):  # of a worker that torchrun started, else []
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat") as stat:
+            if int(stat.read().rsplit(")", 1)[1].split()[1]) == process.pid:
+                return open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        return []
+
+    rank_1 = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and b"RANK=1" in environment(pid)]
+    assert len(rank_1) == 1, rank_1
+    os.kill(rank_1[0], signal.SIGKILL)
+    launcher_errors = process.communicate(timeout=300)[1].decode()
+    assert "exitcode  : 1 " in launcher_errors and "exitcode  : -9 " in launcher_errors, launcher_errors  # the survivor's
+    survivor = open(glob.glob(str(tmp_path / "logs" / "*" / "attempt_0" / "0" / "stderr.log"))[0]).read()
+    checkpoint = os.path.join(only_run_dir(tmp_path / "runs"), "checkpoint.pt")
+    assert "Traceback" not in survivor, survivor
+    assert re.fullmatch(
+        rf"error: another torchrun process has ended \([^)]+\); continue with --resume {re.escape(checkpoint)}\n", survivor
+    )
+
+
+def crafted_checkpoint(run_dir, changes):
+    """A checkpoint of ppo_atari_envpool.py in `run_dir` (a run directory: args.json and its lock) with `changes` to its
+    entries, "args.NAME" and "model.NAME" to one of its flags or weights (None: left out)."""
+    import dataclasses
+
+    import ppo_atari_envpool
+
+    args = ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(num_envs=4, num_steps=16, env_id="Pong-v5"))
+    agent = ppo_atari_envpool.Agent(6, separate_networks=False)
+    checkpoint = {"args": dataclasses.asdict(args), "model": agent.state_dict()}
+    checkpoint |= {"optimizer": torch.optim.Adam(agent.parameters()).state_dict(), "iteration": 1, "global_step": 64}
+    checkpoint |= {"rng": {"torch": torch.get_rng_state(), "cuda": []}}
+    for key, value in changes.items():
+        entries, name = (checkpoint[key.split(".")[0]], key.split(".", 1)[1]) if "." in key else (checkpoint, key)
+        entries.pop(name) if value is None else entries.__setitem__(name, value)
+    os.makedirs(run_dir)
+    for name in ("args.json", "lock"):
+        open(os.path.join(run_dir, name), "w").close()
+    torch.save(checkpoint, os.path.join(run_dir, "checkpoint.pt"))
+    return os.path.join(run_dir, "checkpoint.pt")
+
+
+@pytest.mark.parametrize(
+    "changes, fragment",
+    [
+        ({"args.num_envs": "four"}, "does not fit ppo_atari_envpool.py: num_envs='four'"),
+        ({"args.learning_rate": True, "args.lr_scaling": "cubic"}, "learning_rate=True, lr_scaling='cubic'"),
+        ({"args.clip_coef_bounds": (0.01, "x")}, "clip_coef_bounds=(0.01, 'x')"),
+        ({"args.num_steps": 16.5, "iteration": None}, "num_steps=16.5, iteration=None"),
+        ({"global_step": "64"}, "global_step='64'"),
+        ({"rng": None}, "does not fit this version of ppo_atari_envpool.py (KeyError)"),
+        ({"model.actor_encoder.0.weight": torch.zeros(8, 4, 8, 8)}, "does not fit this version of ppo_atari_envpool.py"),
+        ({"model.actor_encoder.0.bias": None}, "does not fit this version of ppo_atari_envpool.py (RuntimeError)"),
+        ({"optimizer": [1]}, "does not fit this version of ppo_atari_envpool.py"),
+    ],
+)
+def test_a_crafted_checkpoint_is_refused_with_one_line_before_its_run_gains_a_file(
+    tmp_path, monkeypatch, capsys, changes, fragment
+):
+    """Stored flags of the wrong type, missing entries, weights of another shape: exit 2 with one line, before anything
+    is written to the run or printed (no new event file, no progress line)."""
+    import ppo_atari_envpool
+
+    checkpoint = crafted_checkpoint(str(tmp_path / "run"), changes)
+    files = sorted(os.listdir(tmp_path / "run"))
+    line = usage_error(ppo_atari_envpool.main, monkeypatch, capsys, [SCRIPT, "--resume", checkpoint, "--no-cuda"])
+    assert fragment in line
+    assert sorted(os.listdir(tmp_path / "run")) == files
+
+
+def test_a_full_disk_names_the_checkpoint_to_resume_only_when_there_is_one(tmp_path, monkeypatch, capsys):
+    """TensorBoard's writer thread meets a full disk (its OSError names no file): the line names the run's checkpoint
+    when it has one, and says nothing of resuming when it has none."""
+    import ppo_atari_envpool
+
+    monkeypatch.setattr(ppo_atari_envpool, "RUN_DIR", str(tmp_path))
+    full = OSError(errno.ENOSPC, "No space left on device")
+    for checkpoint in (False, True):
+        if checkpoint:
+            (tmp_path / "checkpoint.pt").write_bytes(b"the last checkpoint")
+        with pytest.raises(SystemExit) as exited:
+            ppo_atari_envpool.stop_on_write_error(full)
+        resume = f"; the last checkpoint is intact: free space, then --resume {tmp_path}/checkpoint.pt" if checkpoint else ""
+        assert exited.value.code == 1
+        assert capsys.readouterr().err == f"error: cannot write the event file: No space left on device{resume}\n"
+
+
+def test_a_write_error_named_in_bytes_is_one_line(capsys):
+    """TensorBoard's writer names the file of an OSError in bytes (seen when a run's directory was deleted under it):
+    the line names it as text, not a TypeError from joining bytes and str."""
+    import ppo_atari_envpool  # noqa: PLC0415 - as the tests above
+
+    with pytest.raises(SystemExit) as exit_info:
+        ppo_atari_envpool.stop_on_write_error(OSError(28, "No space left on device", b"/gone/events.out.tfevents.1"))
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err == "error: cannot write /gone/events.out.tfevents.1: No space left on device\n"

@@ -25,6 +25,25 @@ def test_feature_rank_threshold_counts_squared_singular_values():
     assert metrics.feature_rank(torch.zeros(4, 3)) == 0
 
 
+def test_feature_rank_of_an_all_zero_matrix_is_zero_and_of_a_rank_one_matrix_one_at_any_scale():
+    """Rank 0 only when no entry is nonzero (no direction carries energy; numpy's matrix_rank says 0 too); any other
+    matrix at least 1, whatever its scale: squares of 1e-200 underflowed to 0 (rank 0), of 1e200 overflowed (rank 1 by
+    a NaN)."""
+    for zeros in (torch.zeros(4, 3), -torch.zeros(64, 512), torch.zeros(1, 1, dtype=torch.float64), torch.zeros(0, 8)):
+        assert metrics.feature_rank(zeros) == 0
+    assert np.linalg.matrix_rank(np.zeros((4, 3))) == 0
+    torch.manual_seed(0)
+    rank_one = torch.rand(50, 1, dtype=torch.float64) @ torch.rand(1, 20, dtype=torch.float64)
+    for scale in (1e-300, 1e-200, 1e-30, 1e-8, 1.0, 1e30, 1e200, 1e300):
+        assert metrics.feature_rank(rank_one * scale) == 1, scale
+        assert metrics.feature_rank(torch.eye(5, dtype=torch.float64) * scale) == 5, scale
+    assert metrics.feature_rank(rank_one.float()) == 1
+    assert metrics.feature_rank(torch.ones(3, 2) * 1e-30) == 1  # float32: squares of 1e-60 in float64
+    one_entry = torch.zeros(100, 100)
+    one_entry[3, 7] = 1e-38  # a single nonzero entry, near float32's smallest normal: a direction, rank 1
+    assert metrics.feature_rank(one_entry) == 1
+
+
 def test_feature_rank_is_uncentred():
     # identical rows: rank 1 uncentred (the mean is a direction), 0 energy once centred
     features = torch.ones(10, 4)
@@ -81,6 +100,36 @@ def test_gradient_kurtosis_of_known_sample():
     assert metrics.gradient_kurtosis(gradients) == pytest.approx(1.7, rel=1e-5)
     # a symmetric two-point distribution has kurtosis exactly 1
     assert metrics.gradient_kurtosis([torch.tensor([1.0, math.e**2])]) == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("magnitude", [0.0, 1e-12, 1e-8, 1e-3, 0.1, 1.0, 3.7, 1e6])
+@pytest.mark.parametrize("entries", [1, 7, 1000, 100003])
+def test_gradient_kurtosis_of_constant_gradients_is_nan_whatever_the_rounding(magnitude, entries):
+    """Constant |G| (signs do not count): L is constant, std(L) = 0, K undefined. The plain formula gave 0 or 1 depending
+    on whether the mean of the equal entries rounded back to them (e.g. 0.0 for 1 or 100003 zeros, 1.0 for 7)."""
+    for dtype in (torch.float32, torch.float64):
+        gradients = [torch.full((entries,), magnitude, dtype=dtype), -torch.full((3, entries), magnitude, dtype=dtype)]
+        assert math.isnan(metrics.gradient_kurtosis(gradients)), (magnitude, entries, dtype)
+
+
+def test_gradient_kurtosis_of_no_entry_is_nan():
+    assert math.isnan(metrics.gradient_kurtosis([]))
+    assert math.isnan(metrics.gradient_kurtosis([torch.zeros(0), torch.zeros(2, 0)]))
+
+
+def test_gradient_kurtosis_near_constant_is_nan_only_below_rounding():
+    """std(L) at the level of float64 rounding (1e-15 relative) counts as constant; the smallest difference that float32
+    gradients can make (one ulp, about 1.2e-7 in L) is a real distribution, whose K the formula gives."""
+    torch.manual_seed(0)
+    noise = torch.randn(10_000, dtype=torch.float64)
+    for magnitude in (1e-6, 1e-3, 1.0, 1e3):
+        assert math.isnan(metrics.gradient_kurtosis([magnitude * (1 + 1e-15 * noise)]))
+        assert metrics.gradient_kurtosis([magnitude * (1 + 1e-6 * noise)]) == pytest.approx(3.0, abs=0.15)  # Gaussian L
+        one = torch.tensor([magnitude], dtype=torch.float32)
+        next_up = torch.nextafter(one, torch.tensor([math.inf]))
+        # half and half: a symmetric two-point distribution, K = 1; one entry apart from 999: K = 998.001 (1 / p - 3 + 3p)
+        assert metrics.gradient_kurtosis([one.repeat(500), next_up.repeat(500)]) == pytest.approx(1.0, rel=1e-6)
+        assert metrics.gradient_kurtosis([one.repeat(999), next_up]) == pytest.approx(998.001, rel=1e-6)
 
 
 def test_global_grad_norm():

@@ -22,6 +22,7 @@ from conftest import (
     ROOT,
     TINY_PPO_FLAGS,
     check_bf16,
+    check_life_lost_on_the_time_limit,
     check_run_artifacts,
     check_same_losses,
     interrupt_with_sigterm,
@@ -1024,3 +1025,7 @@ def test_a_minibatch_that_does_not_split_over_the_processes_is_refused(monkeypat
         ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(num_envs=4, num_steps=3, num_minibatches=4))
     assert exited.value.code == 2
     assert "--num-envs 4 and the minibatch size 3 must split evenly over 2 processes" in capsys.readouterr().err
+
+
+def test_a_life_lost_on_the_time_limit_is_a_termination(monkeypatch, tmp_path, tiny_ppo_flags):
+    check_life_lost_on_the_time_limit(monkeypatch, tmp_path, ppo_atari_envpool, tiny_ppo_flags)

@@ -13,6 +13,7 @@ from conftest import (
     TINY_PPO_FLAGS,
     assert_optimizer_went_on,
     check_bf16,
+    check_life_lost_on_the_time_limit,
     check_run_artifacts,
     check_same_losses,
     fake_wandb,
@@ -415,3 +416,7 @@ def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_p
     assert "exitcode  : 2" in result.stderr
     assert 'ppo_ewma_atari.py", line' not in result.stderr  # no traceback from the script
     assert not os.listdir(tmp_path)
+
+
+def test_a_life_lost_on_the_time_limit_is_a_termination(monkeypatch, tmp_path, tiny_ppo_flags):
+    check_life_lost_on_the_time_limit(monkeypatch, tmp_path, ppo_ewma_atari, tiny_ppo_flags)

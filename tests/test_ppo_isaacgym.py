@@ -18,6 +18,7 @@ from conftest import (
     PPO_TAGS,
     ROOT,
     assert_optimizer_went_on,
+    check_a_discarded_rollout_leaves_the_normalisers,
     check_bf16,
     check_run_artifacts,
     check_same_losses,
@@ -808,3 +809,8 @@ def test_the_gaussian_policy_sums_log_probability_and_entropy_over_the_action_di
     _, logprob, entropy, _, _ = agent.get_action_and_value(torch.zeros(1, 5), torch.zeros(1, 2))
     assert logprob.item() == pytest.approx(-np.log(2 * np.pi))  # 2 x -0.5 log(2 pi)
     assert entropy.item() == pytest.approx(1 + np.log(2 * np.pi))  # 2 x 0.5 (1 + log(2 pi))
+
+
+def test_a_rollout_discarded_by_sigterm_leaves_the_normalisers_as_the_last_iteration_left_them(monkeypatch, tmp_path):
+    argv = [*TINY, "--runs-dir", str(tmp_path)]
+    check_a_discarded_rollout_leaves_the_normalisers(monkeypatch, ppo_isaacgym, argv, ["obs_rms", "return_rms"])

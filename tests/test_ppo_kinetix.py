@@ -129,18 +129,22 @@ def test_dlpack_shares_memory_both_ways():
 
 def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch):
     args, tasks = s_tasks()
-    envs = ppo_kinetix.KinetixTasks(args, tasks, 8, torch.device("cpu"), seed=0)
+    envs = ppo_kinetix.KinetixTasks(args, tasks, 16, torch.device("cpu"), seed=0)  # TINY's: compiled once for all
     received = []  # the JAX arrays that the step's tensors come from
     original = torch.from_dlpack
     monkeypatch.setattr(torch, "from_dlpack", lambda array: received.append(array) or original(array))
     obs = envs.start()
-    assert obs.shape == (8, 140) and obs.dtype == torch.float32 and envs.obs_dim == 140
+    assert obs.shape == (16, 140) and obs.dtype == torch.float32 and envs.obs_dim == 140
     for _ in range(3):
         received.clear()
-        obs, last_obs, outcome = envs.step(torch.randint(0, 2, (8, 6)))
-        assert obs.shape == last_obs.shape == (8, 140) and outcome.shape == (8, 4)
+        obs, last_obs, outcome = envs.step(torch.randint(0, 2, (16, 6)))
+        assert obs.shape == last_obs.shape == (16, 140) and outcome.shape == (16, 4)
         assert [t.data_ptr() for t in (obs, last_obs, outcome)] == [a.unsafe_buffer_pointer() for a in received]
+    monkeypatch.setattr(torch, "from_dlpack", original)
+    ppo_kinetix.solve_rate(ppo_kinetix.Agent(140, True), envs, envs.levels, attempts=1)  # played with the same step
+    envs.start()
     assert envs.batched_step._cache_size() == 1  # the first call's types are the later calls' types
+    assert envs.first_states._cache_size() == 1
 
 
 def test_a_time_out_is_a_truncation_with_its_last_observation_and_a_new_level(monkeypatch):
@@ -148,17 +152,17 @@ def test_a_time_out_is_a_truncation_with_its_last_observation_and_a_new_level(mo
     not end otherwise is truncated, not terminated; the observation to act on is a new level's first, the last
     observation the ended episode's own (its successor of the second step's)."""
     args, tasks = s_tasks(max_timesteps=3)
-    envs = ppo_kinetix.KinetixTasks(args, tasks, 10, torch.device("cpu"), seed=0)
-    envs.start(envs.levels, torch.arange(10))
+    envs = ppo_kinetix.KinetixTasks(args, tasks, 16, torch.device("cpu"), seed=0)
+    envs.start(envs.levels, torch.arange(16) % 10)
     outcomes, observations = [], []
     for _ in range(3):
-        obs, last_obs, outcome = envs.step(torch.zeros(10, 6, dtype=torch.long))
+        obs, last_obs, outcome = envs.step(torch.zeros(16, 6, dtype=torch.long))
         outcomes.append(outcome.clone()), observations.append((obs.clone(), last_obs.clone()))
     ended_early = torch.stack(outcomes[:2])[:, :, 1:3].sum((0, 2)) > 0
     reward, terminated, truncated, solved = outcomes[2][~ended_early].unbind(1)
     assert truncated.bool().all() and not terminated.any() and not solved.any()
     obs, last_obs = observations[2]
-    first_observations = envs.first_states(envs.levels, jnp.arange(10))[1]
+    first_observations = envs.first_states(envs.levels, jnp.arange(16) % 10)[1]
     starts = torch.from_dlpack(first_observations)  # every level's first observation
     for env in torch.nonzero(~ended_early).squeeze(1).tolist():
         assert any(torch.equal(obs[env], start) for start in starts)  # a new episode, of a level of the set
@@ -218,13 +222,16 @@ def test_locomotion_tasks_are_drawn_once_from_the_task_seed_and_read_back(tmp_pa
 
 
 # ---- Whole runs ----
-def test_tiny_run_writes_every_tag_checkpoints_and_stores_its_tasks(tmp_path):
-    result = run_script(SCRIPT, *TINY, "--metrics-interval", "2", "--eval-interval", "2", "--runs-dir", str(tmp_path))
+def test_tiny_ppo_ewma_run_writes_every_tag_checkpoints_and_stores_its_tasks(tmp_path):
+    """PPO-EWMA (plain PPO runs in the resume tests below): every tag, kl_prox too, and the proximal policy's weights
+    and EWMA weight sum in the checkpoint."""
+    flags = [*TINY, "--ewma-com", "4", "--metrics-interval", "2", "--eval-interval", "2", "--runs-dir", str(tmp_path)]
+    result = run_script(SCRIPT, *flags)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir).startswith("Kinetix-handmade-s__ppo_kinetix__1__")
     scalars = read_scalars(run_dir)
-    assert KINETIX_TAGS <= set(scalars), KINETIX_TAGS - set(scalars)
+    assert KINETIX_TAGS | {"metrics/kl_prox"} <= set(scalars), KINETIX_TAGS - set(scalars)
     assert [step for step, _ in scalars["charts/solve_rate"]] == [1024, 2048]  # iterations 2 and 4
     assert all(0.0 <= value <= 1.0 for _, value in scalars["charts/solve_rate"] + scalars["charts/success_rate"])
     assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 2048, "iterations": 4}
@@ -233,15 +240,8 @@ def test_tiny_run_writes_every_tag_checkpoints_and_stores_its_tasks(tmp_path):
     with np.load(os.path.join(run_dir, "tasks.npz")) as tasks:
         assert len(tasks["names"]) == 10 and tasks["names"][0] == "s/h0_weak_thrust.json"
     assert "solve rate on the 10 hand-designed S levels" in result.stdout
-
-
-def test_ppo_ewma_run_logs_kl_prox_and_checkpoints_its_proximal_policy(monkeypatch, tmp_path):
-    flags = [*TINY, "--ewma-com", "4", "--total-timesteps", "1024", "--metrics-interval", "1", "--no-eval-handmade"]
-    run_main(monkeypatch, ppo_kinetix, [*flags, "--runs-dir", str(tmp_path)])
-    run_dir = only_run_dir(tmp_path)
-    assert len(read_scalars(run_dir)["metrics/kl_prox"]) == 2
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-    assert checkpoint["ewma_weight_sum"] == pytest.approx(sum(0.8**k for k in range(129)))  # 2 x 8 x 8 steps
+    assert checkpoint["ewma_weight_sum"] == pytest.approx(sum(0.8**k for k in range(257)))  # 4 x 8 x 8 steps
     proximal, model = checkpoint["proximal"], checkpoint["model"]
     assert not all(torch.equal(proximal[name], model[name]) for name in model)  # behind the weights, not equal
 

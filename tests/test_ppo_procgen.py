@@ -14,6 +14,7 @@ from conftest import (
     PLANTED,
     PPO_TAGS,
     assert_optimizer_went_on,
+    check_a_discarded_rollout_leaves_the_normalisers,
     check_bf16,
     check_run_artifacts,
     check_same_losses,
@@ -567,3 +568,8 @@ def test_scale_rewards_clips_a_large_negative_reward():
     one, zero = torch.ones(1), torch.zeros(1)
     scaled, _ = ppo_procgen.scale_rewards(torch.tensor([-100.0]), one, zero, zero, rms, 0.99, 10.0)
     assert scaled.tolist() == [-10.0]  # -100 over a std of about 1 (one return of -100 at a count of 1e-4), clipped
+
+
+def test_a_rollout_discarded_by_sigterm_leaves_the_normalisers_as_the_last_iteration_left_them(monkeypatch, tmp_path):
+    argv = [*TINY, "--runs-dir", str(tmp_path)]
+    check_a_discarded_rollout_leaves_the_normalisers(monkeypatch, ppo_procgen, argv, ["return_rms"])

@@ -11,6 +11,7 @@ from conftest import (
     PPO_TAGS,
     assert_optimizer_went_on,
     check_bf16,
+    check_life_lost_on_the_time_limit,
     check_run_artifacts,
     check_same_losses,
     fake_wandb,
@@ -138,19 +139,19 @@ def test_reward_forward_filter_on_a_hand_made_sequence():
 # --------------------------------------------------------------------------------------
 
 
-def test_intrinsic_gae_runs_through_a_termination_and_skips_the_reset_step():
-    # t=1 ends the episode (terminal), t=2 is EnvPool's reset step, t=3 a new episode.
+def test_intrinsic_gae_bootstraps_through_a_termination_and_skips_the_reset_step():
+    # t=1 ends the episode (terminal), t=2 is EnvPool's reset step (its row holds the terminal frame), t=3 a new episode.
     rewards, values, valid = [1, 2, 0, 3], [0.5, 1.0, 4.0, 2.0], [1, 1, 0, 1]
     gamma = lam = 0.5
     advantages, returns = compute_intrinsic_gae(
         column(rewards), column(values), column(valid), torch.tensor([1.0]), gamma, lam
     )
     # t=3: 3 + 0.5*1 - 2 = 1.5
-    # t=2: reset step: advantage 0; skipped (the chain carries V(s_3) = 2 and A_3 = 1.5 past it)
-    # t=1: no cut at the termination: delta = 2 + 0.5*V(s_3) - 1 = 2; A = 2 + 0.25*1.5 = 2.375
-    # t=0: delta = 1 + 0.5*1 - 0.5 = 1; A = 1 + 0.25*2.375 = 1.59375
-    assert advantages[:, 0].tolist() == pytest.approx([1.59375, 2.375, 0.0, 1.5])
-    assert returns[:, 0].tolist() == pytest.approx([2.09375, 3.375, 4.0, 3.5])
+    # t=2: reset step: advantage 0; the lambda-chain stops there
+    # t=1: no termination: it bootstraps from the terminal frame's value, 2 + 0.5*V(s_2) - 1 = 3
+    # t=0: delta = 1 + 0.5*1 - 0.5 = 1; A = 1 + 0.25*3 = 1.75
+    assert advantages[:, 0].tolist() == pytest.approx([1.75, 3.0, 0.0, 1.5])
+    assert returns[:, 0].tolist() == pytest.approx([2.25, 4.0, 4.0, 3.5])
 
     # The extrinsic GAE of the same rollout is episodic: the chain stops at the termination.
     episode_ends = column([0, 1, 0, 0]), column([0, 0, 0, 0])
@@ -166,11 +167,16 @@ def test_intrinsic_gae_without_reset_steps_is_plain_gae():
     torch.testing.assert_close(intrinsic, plain)
 
 
-def test_intrinsic_gae_reset_step_in_the_last_row_bootstraps_from_next_value():
-    # t=0 terminates inside the rollout, t=1 (last row) is the reset step: t=0 bootstraps from next_value.
-    advantages, _ = compute_intrinsic_gae(column([1, 0]), column([0.5, 9.0]), column([1, 0]), torch.tensor([2.0]), 0.5, 0.5)
-    # t=0: 1 + 0.5*2 - 0.5 = 1.5
-    assert advantages[:, 0].tolist() == pytest.approx([1.5, 0.0])
+def test_intrinsic_gae_bootstraps_an_episode_end_from_its_last_frame_inside_the_rollout_as_on_its_last_step():
+    """One rule for the episode's last transition (s_0 -> terminal frame, intrinsic reward 1), wherever the rollout ends:
+    it bootstraps from the terminal frame's value, 9 (the next episode's first frame is worth 2)."""
+    # Inside: row 1 is the reset step, whose row holds the terminal frame; row 2 the next episode's first frame
+    inside, _ = compute_intrinsic_gae(
+        column([1, 0, 0]), column([0.5, 9.0, 2.0]), column([1, 0, 1]), torch.tensor([0.0]), 0.5, 0.5
+    )
+    # On the last row: the observation after the rollout is the terminal frame
+    last, _ = compute_intrinsic_gae(column([1]), column([0.5]), column([1]), torch.tensor([9.0]), 0.5, 0.5)
+    assert inside[0, 0].item() == last[0, 0].item() == pytest.approx(1 + 0.5 * 9.0 - 0.5)
 
 
 def rnd_loss_args(**overrides):
@@ -657,3 +663,7 @@ def test_a_game_that_ends_in_the_warm_up_does_not_add_its_return_to_the_next(mon
     run_main(monkeypatch, ppo_rnd_atari, [*RND_FLAGS, "--max-episode-steps", "5", "--runs-dir", str(tmp_path)])
     returns = [value for _, value in read_scalars(only_run_dir(tmp_path))["charts/episodic_return"]]
     assert len(returns) >= 8 and returns == [5.0] * len(returns)
+
+
+def test_a_life_lost_on_the_time_limit_is_a_termination(monkeypatch, tmp_path):
+    check_life_lost_on_the_time_limit(monkeypatch, tmp_path, ppo_rnd_atari, list(RND_FLAGS))

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from conftest import (
     assert_optimizer_went_on,
     check_bf16,
+    check_life_lost_on_the_time_limit,
     check_run_artifacts,
     check_same_losses,
     fake_wandb,
@@ -424,3 +425,7 @@ def test_q_mean_is_the_mean_over_the_states_of_the_greedy_value():
         q_network.head.bias.copy_(torch.tensor([1.0, 3.0]))  # Q(s, .) = (1, 3) in every state
     measured = pqn_atari.measure_q_network(q_network, torch.zeros(4, 4, 84, 84, dtype=torch.uint8), 0.025)
     assert measured["q_mean"] == 3.0  # the max over the actions, then the mean over the states (not 2, over all)
+
+
+def test_a_life_lost_on_the_time_limit_is_a_termination(monkeypatch, tmp_path, tiny_ppo_flags):
+    check_life_lost_on_the_time_limit(monkeypatch, tmp_path, pqn_atari, tiny_ppo_flags, "compute_q_lambda_targets")

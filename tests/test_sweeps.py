@@ -896,9 +896,39 @@ def test_a_report_of_runs_in_which_no_episode_ended_is_still_written(tmp_path, c
         flags = {"env_id": "Pong-v5", "exp_name": name, "seed": 1, "num_envs": 8, "num_steps": 32, "schedule": None}
         (run_dir / "args.json").write_text(json.dumps(flags | {"batch_size": 256, "update_epochs": 4, "planned_steps": 512}))
         (run_dir / "done.json").write_text("{}")
-    aggregate.report(str(tmp_path), str(tmp_path / "report"), 0.1, 10, 100, pdf=False, include_unfinished=False)
-    assert capsys.readouterr().err.count("no episode ended with a finite return: no final score") == 2
-    assert "ddr_vs_score.png" not in (tmp_path / "report" / "report.md").read_text()
+    with pytest.raises(SystemExit) as exit_status:  # every configuration is left out: nothing to aggregate, exit 1
+        aggregate.report(str(tmp_path), str(tmp_path / "report"), 0.1, 10, 100, pdf=False, include_unfinished=False)
+    err = capsys.readouterr().err
+    assert exit_status.value.code == 1 and err.count("no episode ended with a finite return: no final score") == 2
+    assert err.strip().splitlines()[-1].startswith("error: nothing left to aggregate: every configuration was left out")
+    report = (tmp_path / "report" / "report.md").read_text()  # the curves and the notes, no empty table
+    assert "ddr_vs_score.png" not in report and "| configuration |" not in report and "iqm_curves.png" not in report
+    assert all((tmp_path / "report" / name).exists() for name in re.findall(r"!\[(.+?)\]", report))
+
+
+def test_a_sweep_whose_every_configuration_is_left_out_says_nothing_is_left_and_exits_1(tmp_path):
+    """Each configuration ran on one game only (no configuration has a run on every game): the aggregate is empty. The
+    report said so with no word, warned about pooling Hopper's raw returns with Breakout's normalised scores over empty
+    tables, and exited 0."""
+    for config, game in (("a", "Breakout-v5"), ("b", "Hopper-v4")):
+        run_dir = tmp_path / f"{game}__{config}__1__100"
+        writer = SummaryWriter(str(run_dir))
+        for step in range(100, 1001, 100):
+            writer.add_scalar("charts/episodic_return", 10.0, step)
+        writer.close()
+        flags = {"env_id": game, "exp_name": config, "seed": 1, "num_envs": 8, "num_steps": 32, "schedule": None}
+        (run_dir / "args.json").write_text(json.dumps(flags | {"batch_size": 256, "update_epochs": 4, "planned_steps": 1000}))
+        (run_dir / "done.json").write_text("{}")
+    command = [sys.executable, os.path.join(ROOT, "sweeps", "aggregate.py"), "report", str(tmp_path), "--reps", "10"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: a: no run on Hopper-v4: left out of the aggregate",
+        "warning: b: no run on Breakout-v5: left out of the aggregate",
+        "error: nothing left to aggregate: every configuration was left out (the data notes say why); "
+        f"{tmp_path / 'report' / 'report.md'} has the curves only",
+    ]
+    assert "nothing left to aggregate" in (tmp_path / "report" / "report.md").read_text()
 
 
 def flag_values(command, *flags):
