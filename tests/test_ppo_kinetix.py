@@ -32,6 +32,8 @@ from conftest import (  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ppo_kinetix  # noqa: E402
 
+jax.config.update("jax_compilation_cache_dir", ppo_kinetix.Args().jax_cache_dir)  # the runs' cache: compiled once
+
 SCRIPT = "ppo_kinetix.py"
 # 4 iterations of 16 envs x 32 steps on Kinetix's 10 hand-designed S levels, 8 minibatches of 64
 TINY = "--task-set handmade --env-size s --num-envs 16 --num-steps 32 --total-timesteps 2048 --num-minibatches 8 --no-cuda"
