@@ -5,6 +5,8 @@ import importlib.util
 if importlib.util.find_spec("isaacgym"):  # before torch, as in ppo_isaacgym.py: Isaac Gym refuses to load after torch
     import isaacgym  # noqa: F401
 
+import ast
+import contextlib
 import glob
 import json
 import os
@@ -16,6 +18,7 @@ import time
 import numpy as np
 import pytest
 import torch
+import torch.fx.experimental._config
 import tqdm
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -459,13 +462,24 @@ class HostSyncs(TorchDispatchMode):
     records, in `calls`, those that make the host wait for the GPU: reading a value (item, bool, int), a copy to the
     host, a copy to the device without non_blocking=True, an output whose size depends on the values (nonzero, boolean
     indexing) and CUDA's multinomial, whose kernel checks its input on the host. A value read from the GPU is a
-    stand-in (there is no data): False, 1 or 0.5."""
+    stand-in (there is no data): False, 1 or 0.5, and a tensor copied to the host holds ones (True: a script's check
+    that its losses are finite passes). With `watch`, a function's code object, `lines` holds the line that function
+    was on at each call (None where it was not running)."""
 
     SYNCING = {"_local_scalar_dense", "item", "equal", "nonzero", "masked_select", "multinomial", "unique"}
 
-    def __init__(self):
+    def __init__(self, watch=None):
         super().__init__()
         self.calls: list[str] = []
+        self.watch, self.lines = watch, []
+
+    def record(self, call: str) -> None:
+        self.calls.append(call)
+        if self.watch is not None:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code is not self.watch:
+                frame = frame.f_back
+            self.lines.append(frame and frame.f_lineno)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -473,23 +487,90 @@ class HostSyncs(TorchDispatchMode):
         tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
         on_gpu = any(tensor.device == GPU for tensor in tensors)
         if name == "copy_" and args[0].device.type == "cpu" and args[1].device == GPU:
-            self.calls.append("copy to the host")
+            self.record("copy to the host")
             return args[0]
         if name in ("_to_copy", "to") and on_gpu and torch.device(kwargs.get("device", GPU)).type == "cpu":  # "to" of an
-            self.calls.append("copy to the host")  # inference tensor
-            return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
+            self.record("copy to the host")  # inference tensor
+            return torch.ones(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
         if name in ("copy_", "_to_copy"):  # from the host without non_blocking=True: waits for all the GPU has queued
             source, destination = (args[1], args[0].device) if name == "copy_" else (args[0], kwargs.get("device"))
             if source.device.type == "cpu" and destination == GPU and not (kwargs.get("non_blocking") or args[2:] == (True,)):
-                self.calls.append("blocking copy to the device")
+                self.record("blocking copy to the device")
         if name not in ("copy_", "_to_copy", "to"):  # the operations that may move data between devices
             assert len({tensor.device for tensor in tensors}) <= 1, f"{func} mixes the devices of {tensors}"
         boolean_index = name == "index" and any(tensor.dtype == torch.bool for tensor in tensors[1:])
         if on_gpu and (name in self.SYNCING or boolean_index):
-            self.calls.append(name)
+            self.record(name)
             if name == "_local_scalar_dense":
                 return False if args[0].dtype == torch.bool else 0.5 if args[0].is_floating_point() else 1
         return func(*args, **kwargs)
+
+
+def on_cuda(device) -> bool:
+    """Whether a device argument (a torch.device, a string or anything else) names CUDA."""
+    return isinstance(device, (str, torch.device)) and str(device).split(":")[0] == "cuda"
+
+
+class FakeCuda(HostSyncs):
+    """HostSyncs behind a stand-in CUDA (see fake_cuda): an operation told device "cuda" makes (or moves) its tensor on
+    GPU instead, and pinned host memory is plain host memory (a CPU-only torch cannot pin)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = {**(kwargs or {}), **({"device": GPU} if on_cuda((kwargs or {}).get("device")) else {})}
+        kwargs.pop("pin_memory", None)
+        if func.overloadpacket.__name__ == "_pin_memory":
+            return args[0].clone()
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+@contextlib.contextmanager
+def fake_cuda(monkeypatch, watch=None):
+    """A GPU for a script's main() on a machine without one: torch.cuda says there is one, torch.device("cuda") is
+    FakeCuda's GPU, and the FakeCuda (`watch` as HostSyncs takes it) is yielded. The paths that a CPU-only torch
+    resolves before the dispatch are routed to it: a "cuda" without an index (Tensor.to) and data made on a device
+    (torch.tensor, torch.as_tensor). A value-dependent size (nonzero, boolean indexing) takes every element."""
+
+    def first_gpu(to):
+        def to_gpu(self, *args, **kwargs):
+            args = [torch.device("cuda:0") if on_cuda(arg) else arg for arg in args]
+            return to(self, *args, **{k: torch.device("cuda:0") if on_cuda(v) else v for k, v in kwargs.items()})
+
+        return to_gpu
+
+    def made_on_the_host(make):
+        def make_then_move(data, *args, device=None, **kwargs):
+            return make(data, *args, **kwargs).to(device) if on_cuda(device) else make(data, *args, device=device, **kwargs)
+
+        return make_then_move
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.cuda, "is_available", lambda: True)
+        patch.setattr(torch.cuda, "_lazy_init", lambda: None)
+        patch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
+        patch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": torch.zeros(16, dtype=torch.uint8))
+        patch.setattr(torch.Tensor, "to", first_gpu(torch.Tensor.to))
+        for name in ("tensor", "as_tensor"):
+            patch.setattr(torch, name, made_on_the_host(getattr(torch, name)))
+        with torch.fx.experimental._config.patch(meta_nonzero_assume_all_nonzero=True), FakeCuda(watch) as syncs:
+            yield syncs
+
+
+def step_loop_lines(module) -> range:
+    """The source lines of the loop over a rollout's steps (`for step in ...`) in `module`.main()."""
+    tree = ast.parse(open(module.__file__).read())
+    main = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main")
+    loops = [node for node in ast.walk(main) if isinstance(node, ast.For) and ast.unparse(node.target) == "step"]
+    assert len(loops) == 1, [loop.lineno for loop in loops]
+    return range(loops[0].lineno, loops[0].end_lineno + 1)
+
+
+def step_loop_syncs(monkeypatch, module, argv) -> list[str]:
+    """`module`.main() with `argv` on the fake GPU: the host-device synchronisations (HostSyncs's names) made on the
+    lines of its step loop, in the functions it calls there included."""
+    lines = step_loop_lines(module)
+    with fake_cuda(monkeypatch, watch=module.main.__code__) as syncs:
+        run_main(monkeypatch, module, argv)
+    return [call for call, line in zip(syncs.calls, syncs.lines, strict=True) if line in lines]
 
 
 def wrap_envpool_steps(module, monkeypatch, change):

@@ -3,7 +3,8 @@
 On every machine: each script's maths (acting, rollout storage, advantages, the minibatch update, the metrics) runs on
 tensors of another device than the CPU (conftest.GPU) under conftest.HostSyncs, which fails on an operation that mixes
 devices and lists the operations that would make the host wait for a GPU. The step of the pixel scripts may wait once,
-for the action copy that EnvPool needs; the update and the advantages never. With a GPU (`make test` on a CUDA
+for the action copy that EnvPool needs; the update and the advantages never. Each script's own main() runs a tiny run on
+the same fake GPU (conftest.fake_cuda), where the syncs of its step loop are counted. With a GPU (`make test` on a CUDA
 machine), the scripts also run end to end on CUDA, compiled with CUDA graphs, and as 2 NCCL processes where 2 GPUs exist.
 """
 
@@ -13,12 +14,25 @@ import json
 import os
 import re
 import signal
+import sys
 from types import SimpleNamespace
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
-from conftest import GPU, TOO_BIG_PHASE, HostSyncs, only_run_dir, read_scalars, run_script, run_torchrun, usage_error
+from conftest import (
+    GPU,
+    TOO_BIG_PHASE,
+    HostSyncs,
+    only_run_dir,
+    read_scalars,
+    run_script,
+    run_torchrun,
+    step_loop_lines,
+    step_loop_syncs,
+    usage_error,
+)
 
 import continuous_tasks
 import metrics
@@ -226,6 +240,102 @@ def test_continuous_advantages_update_and_metrics_on_the_gpu():
     with HostSyncs():
         measured = ppo_isaacgym.measure_agent(agent, minibatch["obs"], minibatch["actions"], means, stds, 16, 0.025)
     assert "policy_variance" in measured
+
+
+# main() itself on the fake GPU (conftest.fake_cuda): 2 iterations of 2 envs x 4 steps. The fused Adam kernel refuses
+# the fake GPU's tensors: --no-fused-adam (the update is not what these tests count).
+FAKE_GPU_RUN = "--num-envs 2 --num-steps 4 --total-timesteps 16 --num-minibatches 2 --update-epochs 1 --no-fused-adam".split()
+FAKE_GPU_STEPS = 2 * 4
+FAKE_GPU_RUNS = {  # the flags of each run and what its step loop may wait for at each step
+    "ppo_atari_envpool": ([], HOST_COPY),
+    "ppo_ewma_atari": ([], HOST_COPY),
+    "pqn_atari": ([], HOST_COPY),
+    "ppo_rnd_atari": (["--num-iterations-obs-norm-init", "1"], HOST_COPY),  # the warm-up is not the step loop
+    "ppo_procgen": ([], HOST_COPY),
+    "ppo_isaacgym-envpool": (["--backend", "envpool", "--env-id", "Ant-v5"], HOST_COPY),  # EnvPoolTasks.step's
+    "ppo_isaacgym-on-device": (["--backend", "envpool", "--env-id", "Ant-v5"], []),  # OnDeviceTasks: none
+}
+
+
+class OnDeviceTasks:
+    """A simulator that steps on the training device, as Isaac Gym and MuJoCo Warp do: actions in, tensors out."""
+
+    observation_space, action_space = gymnasium.spaces.Box(-1.0, 1.0, (5,)), gymnasium.spaces.Box(-1.0, 1.0, (2,))
+
+    def __init__(self, args, num_envs: int, seed: int, device: torch.device):
+        self.num_envs, self.device = num_envs, device
+
+    def reset(self) -> torch.Tensor:
+        return torch.zeros(self.num_envs, 5, device=self.device)
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ends = torch.zeros(self.num_envs, device=self.device)
+        return actions.sum(-1, keepdim=True).expand(-1, 5), ends + 1.0, ends, ends
+
+
+def fake_gpu_run(run, module, monkeypatch, tmp_path):
+    """The script of FAKE_GPU_RUNS's `run` (`module`: it or a copy) run to the end on the fake GPU: the host-device
+    synchronisations of its step loop."""
+    if run == "ppo_isaacgym-on-device":
+        monkeypatch.setattr(module, "make_tasks", OnDeviceTasks)
+    argv = [*FAKE_GPU_RUN, *FAKE_GPU_RUNS[run][0], "--runs-dir", str(tmp_path / "runs")]
+    syncs = step_loop_syncs(monkeypatch, module, argv)
+    assert json.load(open(os.path.join(only_run_dir(tmp_path / "runs"), "done.json")))["iterations"] == 2
+    return syncs
+
+
+@pytest.mark.parametrize("run", list(FAKE_GPU_RUNS))
+def test_main_step_loop_waits_for_the_gpu_as_its_comments_say(run, monkeypatch, tmp_path):
+    """Each script's own main() on the fake GPU: its step loop (the lines of `for step in ...`, and what they call)
+    waits for the GPU once a step, for the action copy that EnvPool needs ("the step's one sync"), or never where the
+    simulator takes the actions on the device. The update and the logging, which read values back, are not counted."""
+    module = importlib.import_module(run.split("-")[0])
+    assert fake_gpu_run(run, module, monkeypatch, tmp_path) == FAKE_GPU_RUNS[run][1] * FAKE_GPU_STEPS
+
+
+def script_copy(module, monkeypatch, tmp_path, line: str | None = None):
+    """A copy of `module` loaded from tmp_path, with `line` added as the first statement of its step loop."""
+    source = open(module.__file__).read().splitlines(keepends=True)
+    if line is not None:
+        body = step_loop_lines(module).start  # the 0-based index of the line after `for step in ...`
+        source.insert(body, re.match(r" *", source[body])[0] + line + "\n")
+    path = tmp_path / f"{module.__name__}_copy.py"
+    path.write_text("".join(source))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    copy = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, path.stem, copy)  # as an import would: dataclasses look their module up there
+    spec.loader.exec_module(copy)
+    return copy
+
+
+# A read of a value on the GPU added to a step loop, one way per script, and what HostSyncs calls it
+ADDED_SYNCS = {
+    "ppo_atari_envpool": ("next_obs.float().mean().item()", "_local_scalar_dense"),
+    "ppo_ewma_atari": ("float(next_obs.float().mean())", "_local_scalar_dense"),
+    "pqn_atari": ("bool(next_obs.any())", "_local_scalar_dense"),
+    "ppo_rnd_atari": ("next_obs.flatten()[:3].tolist()", "copy to the host"),
+    "ppo_procgen": ("int(next_obs.sum())", "_local_scalar_dense"),
+    "ppo_isaacgym-envpool": ("next_obs.cpu()", "copy to the host"),
+    "ppo_isaacgym-on-device": (None, "_local_scalar_dense"),  # in scale_rewards, a function the loop calls
+}
+
+
+@pytest.mark.parametrize("run", list(ADDED_SYNCS))
+def test_a_sync_added_to_the_step_loop_of_main_is_counted(run, monkeypatch, tmp_path):
+    """The check above on copies of the scripts with a read of a GPU value added to the step loop: it sees one more
+    synchronisation per step, of that kind."""
+    module, (line, kind) = importlib.import_module(run.split("-")[0]), ADDED_SYNCS[run]
+    copy = script_copy(module, monkeypatch, tmp_path, line)
+    if line is None:
+        scale_rewards = copy.scale_rewards
+
+        def read_then_scale(reward, *args):
+            reward.sum().item()
+            return scale_rewards(reward, *args)
+
+        monkeypatch.setattr(copy, "scale_rewards", read_then_scale)
+    syncs = fake_gpu_run(run, copy, monkeypatch, tmp_path)
+    assert sorted(syncs) == sorted(FAKE_GPU_RUNS[run][1] * FAKE_GPU_STEPS + [kind] * FAKE_GPU_STEPS)
 
 
 def test_feature_rank_is_given_no_tensor_of_another_device():
