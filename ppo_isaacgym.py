@@ -950,11 +950,11 @@ if __name__ == "__main__":  # Copied from ppo_atari_envpool.__main__
         gone = re.search(r"(closed|reset) by peer|Broken pipe|Read error|Write error", str(error))  # Gloo's wordings
         if not gone or not dist.is_initialized():
             raise
-        checkpoint = os.path.join(RUN_DIR, "checkpoint.pt")
-        written = RUN_DIR and os.path.isfile(checkpoint)
-        kept = f"continue with --resume {checkpoint}" if written else "no checkpoint was written"
-        sys.stderr.write(f"error: another torchrun process has ended ({gone[0]}); {kept}\n")  # one line: no traceback
-        sys.stderr.flush()
+        if RUN_DIR:  # the run was open (if process 0 could not open it, its own line said why)
+            checkpoint = os.path.join(RUN_DIR, "checkpoint.pt")
+            kept = f"continue with --resume {checkpoint}" if os.path.isfile(checkpoint) else "no checkpoint was written"
+            sys.stderr.write(f"error: another torchrun process has ended ({gone[0]}); {kept}\n")  # one line: no traceback
+            sys.stderr.flush()
         os._exit(1)  # at once: sys.exit would abort in Gloo's threads
     for signum in (signal.SIGTERM, signal.SIGINT):  # done: a signal while Python shuts down must not make exit 0 143
         signal.signal(signum, signal.SIG_IGN)
