@@ -29,3 +29,6 @@ if os.environ.get("TESTS_FULL_ENVPOOL") != "1":
     ):
         name = f"envpool.{family}.registration"
         sys.modules.setdefault(name, types.ModuleType(name))
+    # EnvPool's XLA interface (env.xla(), which no script uses) imports JAX whenever it is installed, and Kinetix
+    # installs it: 0.4-0.5 s of CPU more in each process; a None entry makes its import fail, and EnvPool goes without.
+    sys.modules.setdefault("envpool.python.lax", None)
