@@ -28,6 +28,8 @@ import copy
 import ctypes
 import fcntl
 import glob
+import hashlib
+import importlib.metadata
 import importlib.util
 import io
 import itertools
@@ -188,7 +190,7 @@ class Args:
     torch_threads: int | None = 1
     """torch's CPU threads: beside XLA's own threads, more than 1 made the policy 10-70x slower on 2 cores"""
     jax_cache_dir: str = os.environ.get("JAX_COMPILATION_CACHE_DIR", os.path.expanduser("~/.cache/ppo_kinetix_jax"))
-    """JAX's persistent compilation cache: a repeat run loads the compiled step (seconds) instead of compiling (~1 min)"""
+    """JAX's persistent compilation cache (and the parsed hand-designed levels): a repeat run loads the compiled step"""
     fused_adam: bool = True
     """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
     reuse_host_memory: bool = True
@@ -693,12 +695,20 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
     path = os.path.join(run_dir, "tasks.npz")
     template = kx.create_empty_env(static_params)
     if load and not handmade:
-        with np.load(path) as stored:
-            leaves, names = [stored[f"leaf_{i}"] for i in range(len(jax.tree.leaves(template)))], list(stored["names"])
-        levels = jax.tree.unflatten(jax.tree.structure(template), leaves)
+        levels, names = read_levels(path, template)
     elif handmade or args.task_set == "handmade":
         names = level_names(args.env_size) if handmade or not args.levels else args.levels.split(",")
-        levels = kx.load_evaluation_levels(names, static_env_params_override=static_params)[0]
+        # Kinetix parses a level's JSON with eager JAX ops (~2 s a level on a CPU): parsed once, kept beside the
+        # compilation cache, named by the Kinetix version, the names and the size class
+        key = repr((importlib.metadata.version("kinetix-env"), names, args.env_size)).encode()
+        parsed = os.path.join(args.jax_cache_dir, f"kinetix-levels-{hashlib.sha1(key).hexdigest()[:16]}.npz")
+        if os.path.isfile(parsed):
+            levels = read_levels(parsed, template)[0]
+        else:
+            levels = kx.load_evaluation_levels(names, static_env_params_override=static_params)[0]
+            with contextlib.suppress(OSError):  # no cache, no harm; a name of its own: other processes may write it too
+                write_levels(f"{parsed}.{os.getpid()}", jax.tree.map(np.asarray, levels), names)
+                os.replace(f"{parsed}.{os.getpid()}", parsed)
     else:
         keys = jax.random.split(jax.random.PRNGKey(args.task_seed), args.num_tasks)
         if args.task_set == "locomotion":  # Beukman et al.'s morphologies: a body, legs (ankles in l), the goal left or right
@@ -711,10 +721,22 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
         names = [f"{args.task_set}_{i}" for i in range(args.num_tasks)]
     levels = jax.tree.map(np.asarray, levels)  # numpy: strongly typed, so the compiled step never sees another type
     if run_dir and not load and not handmade and RANK == 0:
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, names=np.array(names), **{f"leaf_{i}": x for i, x in enumerate(jax.tree.leaves(levels))})
-        write_atomically(path, buffer.getvalue())
+        write_levels(path, levels, names)
     return SimpleNamespace(levels=levels, names=names, static_params=static_params, env_params=env_params)
+
+
+def write_levels(path: str, levels, names: list[str]) -> None:
+    """A batch of levels (numpy leaves) and their names as an .npz, written atomically."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, names=np.array(names), **{f"leaf_{i}": x for i, x in enumerate(jax.tree.leaves(levels))})
+    write_atomically(path, buffer.getvalue())
+
+
+def read_levels(path: str, template) -> tuple:
+    """The levels and names that write_levels stored, in the structure of `template` (an empty level)."""
+    with np.load(path) as stored:
+        leaves, names = [stored[f"leaf_{i}"] for i in range(len(jax.tree.leaves(template)))], list(stored["names"])
+    return jax.tree.unflatten(jax.tree.structure(template), leaves), names
 
 
 class KinetixTasks:

@@ -223,6 +223,18 @@ def test_locomotion_tasks_are_drawn_once_from_the_task_seed_and_read_back(tmp_pa
     assert leaves[0][0].shape[0] == 4
 
 
+def test_hand_designed_levels_are_parsed_once_then_read_back_identical(tmp_path, monkeypatch):
+    names = "s/h0_weak_thrust.json,s/h1_thrust_over_ball.json"
+    args = ppo_kinetix.Args(task_set="handmade", env_size="s", levels=names, jax_cache_dir=str(tmp_path))
+    parsed = ppo_kinetix.task_set(args, "")
+    assert len(list(tmp_path.glob("kinetix-levels-*.npz"))) == 1
+    monkeypatch.setattr(sys.modules["kinetix.util.saving"], "load_evaluation_levels", lambda *a, **k: 1 / 0)  # not again
+    cached = ppo_kinetix.task_set(args, "")
+    pairs = zip(jax.tree.leaves(parsed.levels), jax.tree.leaves(cached.levels), strict=True)
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in pairs)
+    assert cached.names == parsed.names == names.split(",")
+
+
 # ---- Whole runs ----
 def test_tiny_ppo_ewma_run_writes_every_tag_checkpoints_and_stores_its_tasks(tmp_path):
     """PPO-EWMA (plain PPO runs in the resume tests below): every tag, kl_prox too, and the proximal policy's weights
