@@ -196,6 +196,14 @@ def categorical_policy_change(
     }
 
 
+def multi_discrete_kl(p_logits: torch.Tensor, q_logits: torch.Tensor, action_sizes: Sequence[int]) -> torch.Tensor:
+    """Exact KL(p || q) per state of two MultiDiscrete policies, (B, sum(action_sizes)) logits each, the heads side by
+    side: for independent heads, the sum of the heads' categorical KLs (float64, as categorical_kl)."""
+    sizes = [int(size) for size in action_sizes]
+    heads = zip(torch.split(p_logits, sizes, dim=-1), torch.split(q_logits, sizes, dim=-1), strict=True)
+    return sum(categorical_kl(p_head, q_head) for p_head, q_head in heads)
+
+
 def multi_discrete_policy_change(
     logits: torch.Tensor,
     behavior_logits: torch.Tensor,
@@ -223,8 +231,7 @@ def multi_discrete_policy_change(
         (head_log_probs - torch.log_softmax(behavior_head, dim=-1)).gather(-1, actions[:, i, None].long()).squeeze(-1)
         for i, (head_log_probs, behavior_head) in enumerate(zip(log_probs, behavior_heads, strict=True))
     )
-    joint_kl = sum(categorical_kl(behavior_head, head) for behavior_head, head in zip(behavior_heads, heads, strict=True))
-    kl_behavior = joint_kl.mean().item()
+    kl_behavior = multi_discrete_kl(behavior_logits, logits, sizes).mean().item()
     return {
         "ess_pct": ess_percentage(log_ratio.exp()),
         "policy_variance": categorical_policy_variance(torch.cat(log_probs, dim=-1).exp()),

@@ -427,9 +427,7 @@ def target_ddr(args: Args, step: int) -> float:
 @torch.no_grad()
 def behavior_kl(agent: Agent, obs: torch.Tensor, behavior_logits: torch.Tensor) -> float:
     """KL(behaviour policy || updated policy), the mean over the states (summed over the heads): the DDR's divergence."""
-    logits = agent.actor(agent.features(obs)[0])
-    actions = torch.zeros(len(obs), len(ACTION_SIZES), dtype=torch.long, device=obs.device)  # the KL does not read them
-    return metrics.multi_discrete_policy_change(logits, behavior_logits, actions, ACTION_SIZES, 1)["kl_behavior"]
+    return metrics.multi_discrete_kl(behavior_logits, agent.actor(agent.features(obs)[0]), ACTION_SIZES).mean().item()
 
 
 # ---- Measurements after the update (the functions themselves are in metrics.py) ----
@@ -452,8 +450,7 @@ def measure_agent(agent: Agent, obs, actions, behavior_logits, batch_size: int, 
         measured["feature_rank_critic"] = metrics.feature_rank(critic_features)
     if proximal is not None:  # KL(pi_prox || pi_new)
         proximal_logits = proximal.actor(proximal.features(obs)[0])
-        change = metrics.multi_discrete_policy_change(logits, proximal_logits, actions, ACTION_SIZES, batch_size)
-        measured["kl_prox"] = change["kl_behavior"]
+        measured["kl_prox"] = metrics.multi_discrete_kl(proximal_logits, logits, ACTION_SIZES).mean().item()
     return measured
 
 

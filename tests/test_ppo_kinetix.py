@@ -118,6 +118,19 @@ def test_ppo_ewma_with_the_behaviour_as_proximal_policy_has_ppos_gradients():
     assert logged[0]["clipfrac"] == logged[1]["clipfrac"] > 0  # the step was large enough to clip
 
 
+def test_behavior_kl_is_the_joint_kl_from_the_behaviour_policy():
+    """--target-ddr's KL on iterations without metrics: the same number as measure_agent's kl_behavior."""
+    torch.manual_seed(0)
+    agent, obs = ppo_kinetix.Agent(140, separate_networks=True), torch.randn(64, 140)
+    with torch.no_grad():
+        behavior_logits = agent.actor(agent.features(obs)[0]) + 0.3 * torch.randn(64, 16)
+    actions = torch.zeros(64, 6, dtype=torch.long)
+    measured = ppo_kinetix.measure_agent(agent, obs, actions, behavior_logits, 512, 0.025, proximal=agent)
+    assert ppo_kinetix.behavior_kl(agent, obs, behavior_logits) == pytest.approx(measured["kl_behavior"])
+    assert measured["kl_behavior"] > 0
+    assert measured["kl_prox"] == 0.0  # the proximal policy is the updated one
+
+
 # ---- The environment ----
 def test_dlpack_shares_memory_both_ways():
     """What KinetixTasks.step does with the batch: torch reads JAX's observations in place, JAX torch's actions."""
