@@ -695,7 +695,7 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
         levels, names = read_levels(path, template)
     elif handmade or args.task_set == "handmade":
         names = level_names(args.env_size) if handmade or not args.levels else args.levels.split(",")
-        # Kinetix parses a level's JSON with eager JAX ops (~2 s a level on a CPU): parsed once, kept beside the
+        # Kinetix parses a level's JSON with eager JAX ops (~1.5 s a level on 2 CPU cores): parsed once, kept beside the
         # compilation cache, named by the Kinetix version, the names and the size class
         key = repr((importlib.metadata.version("kinetix-env"), names, args.env_size)).encode()
         parsed = os.path.join(args.jax_cache_dir, f"kinetix-levels-{hashlib.sha1(key).hexdigest()[:16]}.npz")
