@@ -21,12 +21,12 @@ import jax.numpy as jnp  # noqa: E402
 from conftest import (  # noqa: E402
     PPO_TAGS,
     assert_optimizer_went_on,
-    interrupt_with_sigterm,
     only_run_dir,
     read_scalars,
     run_main,
     run_script,
     run_torchrun,
+    stop_after_first_checkpoint,
 )
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -249,49 +249,39 @@ def test_hand_designed_levels_are_parsed_once_then_read_back_identical(tmp_path,
 
 
 # ---- Whole runs ----
-def test_tiny_ppo_ewma_run_writes_every_tag_checkpoints_and_stores_its_tasks(tmp_path):
-    """PPO-EWMA (plain PPO runs in the resume tests below): every tag, kl_prox too, and the proximal policy's weights
-    and EWMA weight sum in the checkpoint."""
+def test_tiny_ppo_ewma_run_stopped_by_sigterm_resumes_with_every_tag_on_the_same_tasks(tmp_path, monkeypatch, capsys):
+    """PPO-EWMA in-process (plain PPO runs in the tests below): SIGTERM after iteration 1 saves and exits, --resume
+    reads the task set back (the same file, not drawn again) and finishes; every tag, kl_prox too, and the proximal
+    policy's weights and EWMA weight sum in the checkpoint, carried over the restart."""
     flags = [*TINY, "--ewma-com", "4", "--metrics-interval", "2", "--eval-interval", "2", "--runs-dir", str(tmp_path)]
-    result = run_script(SCRIPT, *flags)
-    assert result.returncode == 0, result.stderr
+    stop_after_first_checkpoint(monkeypatch, ppo_kinetix, flags)
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir).startswith("Kinetix-handmade-s__ppo_kinetix__1__")
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    assert torch.load(checkpoint_path, weights_only=True)["iteration"] == 1
+    with np.load(os.path.join(run_dir, "tasks.npz")) as stored:
+        tasks = dict(stored)
+    assert len(tasks["names"]) == 10 and tasks["names"][0] == "s/h0_weak_thrust.json"
+    inode = os.stat(os.path.join(run_dir, "tasks.npz")).st_ino  # write_atomically would make a new file
+    capsys.readouterr()
+    run_main(monkeypatch, ppo_kinetix, ["--resume", checkpoint_path])
+    assert "solve rate on the 10 hand-designed S levels" in capsys.readouterr().out
     scalars = read_scalars(run_dir)
     assert KINETIX_TAGS | {"metrics/kl_prox"} <= set(scalars), KINETIX_TAGS - set(scalars)
+    assert [step for step, _ in scalars["charts/SPS"]] == [512, 1024, 1536, 2048]  # each iteration once
     assert [step for step, _ in scalars["charts/solve_rate"]] == [1024, 2048]  # iterations 2 and 4
     assert all(0.0 <= value <= 1.0 for _, value in scalars["charts/solve_rate"] + scalars["charts/success_rate"])
     assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 2048, "iterations": 4}
     args = json.load(open(os.path.join(run_dir, "args.json")))
     assert args["env_id"] == "Kinetix-handmade-s" and args["script"] == SCRIPT
-    with np.load(os.path.join(run_dir, "tasks.npz")) as tasks:
-        assert len(tasks["names"]) == 10 and tasks["names"][0] == "s/h0_weak_thrust.json"
-    assert "solve rate on the 10 hand-designed S levels" in result.stdout
-    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
-    assert checkpoint["ewma_weight_sum"] == pytest.approx(sum(0.8**k for k in range(257)))  # 4 x 8 x 8 steps
-    proximal, model = checkpoint["proximal"], checkpoint["model"]
-    assert not all(torch.equal(proximal[name], model[name]) for name in model)  # behind the weights, not equal
-
-
-def test_sigterm_checkpoints_and_resume_reaches_the_same_total_on_the_same_tasks(tmp_path):
-    flags = [*TINY, "--total-timesteps", "5120", "--no-eval-handmade", "--runs-dir", str(tmp_path)]
-    interrupt_with_sigterm(SCRIPT, flags)  # 10 iterations
-    run_dir = only_run_dir(tmp_path)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    interrupted = torch.load(checkpoint_path, weights_only=True)
-    assert 1 <= interrupted["iteration"] < 10 and interrupted["global_step"] == 512 * interrupted["iteration"]
-    with np.load(os.path.join(run_dir, "tasks.npz")) as stored:  # the resumed run reads the set back, not again
-        tasks = dict(stored)
-    inode = os.stat(os.path.join(run_dir, "tasks.npz")).st_ino  # write_atomically would make a new file
-    result = run_script(SCRIPT, "--resume", checkpoint_path, "--no-cuda")
-    assert result.returncode == 0, result.stderr
-    final = torch.load(checkpoint_path, weights_only=True)
-    assert_optimizer_went_on(final)
-    assert final["iteration"] == 10 and final["global_step"] == 5120
-    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [512 * i for i in range(1, 11)]
     assert os.stat(os.path.join(run_dir, "tasks.npz")).st_ino == inode
     with np.load(os.path.join(run_dir, "tasks.npz")) as stored:
         assert all(np.array_equal(stored[name], values) for name, values in tasks.items())
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    assert_optimizer_went_on(checkpoint)
+    assert checkpoint["ewma_weight_sum"] == pytest.approx(sum(0.8**k for k in range(257)))  # 4 x 8 x 8 steps
+    proximal, model = checkpoint["proximal"], checkpoint["model"]
+    assert not all(torch.equal(proximal[name], model[name]) for name in model)  # behind the weights, not equal
 
 
 def test_torchrun_two_processes_keep_identical_weights(tmp_path):
