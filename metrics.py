@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Literal
 
 import numpy as np
 import torch
@@ -43,22 +44,38 @@ def feature_rank(features: torch.Tensor, threshold: float = 0.99) -> int:
     return int((cumulative < threshold - 1e-12).sum().item()) + 1
 
 
-def dormant_percentage(activations: Sequence[torch.Tensor], tau: float = 0.025) -> float:
-    """Percentage of dormant neurons over all given hidden layers (Sokar et al. 2023; B.2).
+DORMANT_THRESHOLDS = {"sokar": 0.025, "absolute": 1e-5}  # Sokar et al.'s tau; the epsilon of the paper's B.2
 
-    `activations` are post-ReLU outputs, one tensor per hidden layer, shaped (B, D) for
+
+def dormant_percentage(
+    activations: Sequence[torch.Tensor], threshold: float | None = None, definition: Literal["sokar", "absolute"] = "sokar"
+) -> float:
+    """Percentage of dormant neurons over all given hidden layers (paper B.2).
+
+    `activations` are post-activation outputs, one tensor per hidden layer, shaped (B, D) for
     dense layers or (B, C, H, W) for convolutions, where a channel counts as one neuron.
-    A neuron's score is its mean |activation| over the batch (and space) divided by the
-    mean of those values over its layer; it is dormant when the score is <= tau.
+    Each neuron's value is its mean |activation| over the batch (and space). It is dormant
+    - "sokar" (Sokar et al. 2023, which the paper says it follows): when that value divided
+      by the mean of those values over its layer is <= threshold (tau, default 0.025);
+    - "absolute" (the paper's B.2 formula, |a_i| < epsilon): when that value itself is
+      < threshold (epsilon, default 1e-5). With ReLU this counts only the units that are
+      (all but) dead on the whole batch; Sokar's score also counts units that are weak
+      relative to their layer, and does not depend on the activations' scale.
+    `threshold` None takes the definition's default (`DORMANT_THRESHOLDS`).
     """
+    if definition not in DORMANT_THRESHOLDS:
+        raise ValueError(f"definition must be one of {sorted(DORMANT_THRESHOLDS)}, got {definition!r}")
+    threshold = DORMANT_THRESHOLDS[definition] if threshold is None else threshold
     dormant, total = 0, 0
     for layer_output in activations:
         per_neuron = layer_output.detach().abs().float()
         # Average over every axis but the neuron (channel) axis 1.
         reduce_dims = [d for d in range(per_neuron.dim()) if d != 1]
         per_neuron = per_neuron.mean(dim=reduce_dims)
-        scores = per_neuron / (per_neuron.mean() + 1e-9)
-        dormant += int((scores <= tau).sum().item())
+        if definition == "sokar":
+            dormant += int((per_neuron / (per_neuron.mean() + 1e-9) <= threshold).sum().item())
+        else:
+            dormant += int((per_neuron < threshold).sum().item())
         total += per_neuron.numel()
     return 100.0 * dormant / max(total, 1)
 

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -67,8 +68,8 @@ class Args:
     # The algorithm
     learning_rate: float = 2.5e-4
     """learning rate (before --lr-scaling)"""
-    lr_scaling: Literal["none", "sqrt", "linear", "inverse"] = "none"
-    """multiply the LR by sqrt(k), k or 1/k with k = num_envs / lr_reference_envs (paper Fig. 11)"""
+    lr_scaling: Literal["none", "sqrt", "linear", "inverse", "inverse-sqrt"] = "none"
+    """multiply the LR by sqrt(k), k, 1/k or 1/sqrt(k), k = num_envs / lr_reference_envs (paper Fig. 11: up and down)"""
     lr_reference_envs: int = 8
     """num_envs at which --lr-scaling leaves the LR unchanged"""
     anneal_lr: bool = True
@@ -100,8 +101,11 @@ class Args:
     """compute the metrics/ tags every this many iterations and on the last (0: never)"""
     metrics_batch: int = 2048
     """at most this many states of the rollout are used for the metrics"""
-    dormant_tau: float = 0.025
-    """dormant-neuron threshold tau (Sokar et al. 2023)"""
+    dormant_definition: Literal["sokar", "absolute"] = "sokar"
+    """dormant neurons: sokar, mean |h_i| / the layer's mean <= threshold (Sokar et al. 2023, whom the paper's B.2 follows);
+    absolute, mean |h_i| < threshold (B.2's formula: only the units that are all but silent, e.g. dead ReLUs)"""
+    dormant_threshold: float | None = None
+    """the dormant test's threshold (default: 0.025 for sokar, Sokar's tau; 1e-5 for absolute, B.2's epsilon)"""
     save_embeddings: bool = False
     """on metrics iterations save penultimate features and max_a Q to runs/.../embeddings.npz"""
     embeddings_per_iteration: int = 256
@@ -125,6 +129,10 @@ class Args:
     """write runs/.../checkpoint.pt every this many iterations (0: only on SIGTERM/SIGINT, --schedule phase ends, the end)"""
     resume: str | None = None
     """path of a checkpoint.pt to continue from (its run's flags are used)"""
+    init_from: str | None = None
+    """a new run (own directory, step 0, these flags) that starts from the network weights of this script's checkpoint.pt"""
+    init_optimizer: bool = False
+    """with --init-from: also load its optimizer state (this run's LR, eps); never its RNG or counters"""
     # Speed: none of these changes what is learned, up to float rounding
     cuda: bool = True
     """use CUDA when available (falls back to the CPU with a notice)"""
@@ -299,19 +307,22 @@ def phase_at(args: Args, step: int) -> Phase:  # Copied from ppo_atari_envpool.p
 def learning_rate(args: Args, num_envs: int, step: int) -> float:  # Copied from ppo_atari_envpool.learning_rate
     """--learning-rate scaled for N_envs by --lr-scaling (paper Fig. 11), annealed linearly to 0 over the planned steps."""
     k = num_envs / args.lr_reference_envs
-    scaled = args.learning_rate * {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k}[args.lr_scaling]
+    factors = {"none": 1, "sqrt": k**0.5, "linear": k, "inverse": 1 / k, "inverse-sqrt": k**-0.5}
+    scaled = args.learning_rate * factors[args.lr_scaling]
     return scaled * (1 - step / args.planned_steps) if args.anneal_lr else scaled
 
 
 # ---- Measurements after the update (the functions themselves are in metrics.py) ----
 @torch.no_grad()
-def measure_q_network(q_network: QNetwork, obs: torch.Tensor, dormant_tau: float) -> dict[str, float]:
+def measure_q_network(
+    q_network: QNetwork, obs: torch.Tensor, dormant_threshold: float, dormant_definition: str = "sokar"
+) -> dict[str, float]:
     """The metrics/ tags that need a forward pass, after the update, on the metrics batch."""
     with metrics.hidden_activations(q_network) as activations:  # every hidden post-ReLU output, for the dormant neurons
         features = q_network.features(obs)
     return {
         "feature_rank": metrics.feature_rank(features),
-        "dormant_pct": metrics.dormant_percentage(activations, dormant_tau),
+        "dormant_pct": metrics.dormant_percentage(activations, dormant_threshold, dormant_definition),
         "weight_norm": metrics.weight_norm(q_network.parameters()),
         "q_mean": q_network.head(features).max(dim=-1).values.mean().item(),
     }
@@ -350,7 +361,7 @@ def start_phase(args: Args, phase: Phase, iteration: int, device: torch.device, 
 
 def main() -> None:
     args, checkpoint = parse_args()
-    run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
+    torch.manual_seed(args.seed)  # torch draws every random number of training: weights, actions, minibatches, samples
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
 
     q_network = QNetwork(envpool.make_spec(args.env_id).action_space.n, args.channels_last, args.bf16).to(device)
@@ -363,6 +374,8 @@ def main() -> None:
     if args.compile:  # the same functions as compiled graphs; with --cudagraphs, replayed as CUDA graphs
         act, update = (torch.compile(f, mode="reduce-overhead" if args.cudagraphs else None) for f in (act, update))
     state = {"model": q_network, "optimizer": optimizer}  # what a checkpoint holds, with the loop's counters
+    initialise_from(args, **state)  # --init-from: before the run is opened, which a misfit must not leave behind
+    run_dir, writer, progress, stop_signal = start_run(args, checkpoint)
     global_step = restore_checkpoint(checkpoint, **state) if checkpoint else 0
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
 
@@ -450,7 +463,7 @@ def main() -> None:
         if measure:
             valid_index = torch.nonzero(batch["valid"].bool()).squeeze(1)
             sample = valid_index[torch.randperm(valid_index.numel(), device=device)[: args.metrics_batch]]
-            measured = measure_q_network(q_network, batch["obs"][sample], args.dormant_tau)
+            measured = measure_q_network(q_network, batch["obs"][sample], args.dormant_threshold, args.dormant_definition)
             measured |= {"grad_kurtosis": gradient_kurtosis, "grad_norm": torch.stack(grad_norms).mean().item()}
             if args.save_embeddings:
                 embedded = sample[: args.embeddings_per_iteration]
@@ -485,7 +498,7 @@ def validate_and_derive(args: Args) -> Args:
         args,
         positive="total_timesteps max_episode_steps num_envs num_steps update_epochs num_minibatches lr_reference_envs "
         "metrics_batch embeddings_per_iteration learning_rate adam_eps max_grad_norm minibatch_size torch_threads",
-        non_negative="checkpoint_interval metrics_interval dormant_tau",
+        non_negative="checkpoint_interval metrics_interval dormant_threshold",
     )
     cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault
     require((args.torch_threads or 1) <= cpus, f"--torch-threads {args.torch_threads} is more than the {cpus} CPUs here")
@@ -575,40 +588,23 @@ def parse_schedule(text: str) -> list[tuple[float, int, int]]:  # Copied from pp
 
 
 def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.parse_args
-    """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's)."""
+    """The validated flags and, with --resume, the checkpoint (whose flags replace most of the command line's). An
+    --init-from checkpoint is checked here, before anything is made, and loaded by `initialise_from`."""
     args, checkpoint = tyro.cli(Args), None
     # Flags that say how to run, not what to learn (those this script has): on --resume, those given again replace the run's.
     runtime = {field.name for field in fields(Args)} & set(
         "cuda track wandb_project_name wandb_entity capture_video save_model checkpoint_interval torch_threads "
         "channels_last fused_adam reuse_host_memory compile cudagraphs bf16 tf32".split()
     )
+    resume_or_init = "--resume continues a run with its flags, --init-from starts a new one from its weights: give one"
+    require(args.resume is None or args.init_from is None, resume_or_init)
+    require(args.init_from is not None or not args.init_optimizer, "--init-optimizer needs --init-from")
+    if args.init_from is not None:
+        read_checkpoint(args.init_from, "--init-from", runtime)  # refused now, not after the envs are made
     if args.resume is not None:
-        require(os.path.isfile(args.resume), f"--resume {args.resume!r}: no such checkpoint file")
+        checkpoint = read_checkpoint(args.resume, "--resume", runtime)
         done = os.path.join(os.path.dirname(args.resume), "done.json")  # absent: a run stopped while finishing completes
         require(not os.path.exists(done), f"--resume {args.resume!r}: that run is finished ({done})")
-        try:
-            checkpoint = torch.load(args.resume, map_location="cpu", weights_only=True)
-        except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
-            fail(f"--resume {args.resume!r} is not a readable checkpoint ({type(error).__name__})")
-        ours = isinstance(checkpoint, dict) and {*checkpoint.get("args", ()), *runtime} == {f.name for f in fields(Args)}
-        require(ours, f"--resume {args.resume!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
-        import typing  # noqa: PLC0415 - only here
-
-        def fits(value, hint) -> bool:  # of the type that the field declares (or an int where it says float)
-            origin, options = typing.get_origin(hint), typing.get_args(hint)
-            if origin is Literal:
-                return value in options
-            if origin is tuple:
-                return isinstance(value, tuple | list) and len(value) == len(options) and all(map(fits, value, options))
-            if options:  # X | None
-                return any(fits(value, option) for option in options)
-            return isinstance(value, (int, float) if hint is float else hint) and (hint is bool or not isinstance(value, bool))
-
-        hints = typing.get_type_hints(Args)  # tyro.conf.Suppress[int] is int
-        wrong = {name: value for name, value in checkpoint["args"].items() if not fits(value, hints[name])}
-        wrong |= {name: checkpoint.get(name) for name in ("iteration", "global_step") if not fits(checkpoint.get(name), int)}
-        entries = ", ".join(f"{name}={value!r:.40}" for name, value in wrong.items())
-        require(not wrong, f"--resume {args.resume!r} does not fit {os.path.basename(__file__)}: {entries}")
         given = {word[2:].split("=")[0].replace("-", "_") for word in sys.argv[1:] if word.startswith("--")}
         given |= {name.removeprefix("no_") for name in given}  # --no-cuda gives cuda
         run = checkpoint["args"]
@@ -618,12 +614,93 @@ def parse_args() -> tuple[Args, dict | None]:  # Copied from ppo_atari_envpool.p
     return validate_and_derive(args), checkpoint
 
 
+# Copied from ppo_atari_envpool.read_checkpoint
+def read_checkpoint(path: str, flag: str, runtime: set[str]) -> dict:
+    """The checkpoint.pt at `path` (for `flag`: --resume or --init-from), refused in one line (exit 2) unless it is one of
+    this script's: a readable file whose flags are this script's (`runtime` ones may be missing), each of its type."""
+    require(os.path.isfile(path), f"{flag} {path!r}: no such checkpoint file")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unreadable file is a usage error here
+        fail(f"{flag} {path!r} is not a readable checkpoint ({type(error).__name__})")
+    saved = checkpoint.get("args") if isinstance(checkpoint, dict) else None
+    if isinstance(saved, dict) and "dormant_tau" in saved:  # written before --dormant-definition: Sokar's test, this tau
+        saved |= {"dormant_definition": "sokar", "dormant_threshold": saved.pop("dormant_tau")}
+        saved |= {"init_from": None, "init_optimizer": False}  # flags of the same version
+    ours = isinstance(saved, dict) and {*saved, *runtime} == {f.name for f in fields(Args)}
+    require(ours, f"{flag} {path!r} is not a checkpoint.pt of {os.path.basename(__file__)}")
+    import typing  # noqa: PLC0415 - only here
+
+    def fits(value, hint) -> bool:  # of the type that the field declares (or an int where it says float)
+        origin, options = typing.get_origin(hint), typing.get_args(hint)
+        if origin is Literal:
+            return value in options
+        if origin is tuple:
+            return isinstance(value, tuple | list) and len(value) == len(options) and all(map(fits, value, options))
+        if options:  # X | None
+            return any(fits(value, option) for option in options)
+        return isinstance(value, (int, float) if hint is float else hint) and (hint is bool or not isinstance(value, bool))
+
+    hints = typing.get_type_hints(Args)  # tyro.conf.Suppress[int] is int
+    wrong = {name: value for name, value in saved.items() if not fits(value, hints[name])}
+    wrong |= {name: checkpoint.get(name) for name in ("iteration", "global_step") if not fits(checkpoint.get(name), int)}
+    entries = ", ".join(f"{name}={value!r:.40}" for name, value in wrong.items())
+    require(not wrong, f"{flag} {path!r} does not fit {os.path.basename(__file__)}: {entries}")
+    return checkpoint
+
+
+# Copied from ppo_atari_envpool.initialise_from
+def initialise_from(args: Args, opened_run: str = "", **modules) -> None:
+    """--init-from: load the network weights (the modules with parameters) of that checkpoint into `modules`, with
+    --init-optimizer also the rest (optimizer, normalisers), keeping this run's optimizer settings; never its RNG state or
+    counters. A tensor that does not fit these flags is named in one line (exit 2), before the run is opened; where the
+    network's shapes come from the envs, made after the run was opened (`opened_run`), that new directory is removed."""
+    if args.init_from is None or args.resume is not None:  # resumed: the run's own checkpoint has it all
+        return
+    checkpoint = torch.load(args.init_from, map_location="cpu", weights_only=True)  # parse_args has checked it
+    misfit = f"--init-from {args.init_from!r} does not fit these flags"
+
+    def refuse(reason: str) -> None:
+        if opened_run and RANK == 0:  # opened by this process for this run a moment ago: nothing in it is worth keeping
+            shutil.rmtree(opened_run, ignore_errors=True)
+        fail(f"{misfit}: {reason}")
+
+    loaded = {
+        name: module
+        for name, module in modules.items()
+        if args.init_optimizer or isinstance(module, nn.Module) and any(True for _ in module.parameters())
+    }
+    for name, module in loaded.items():
+        saved = checkpoint.get(name)
+        if not isinstance(saved, dict):
+            refuse(f"it has no {name}")
+        if isinstance(module, nn.Module):
+            ours = module.state_dict()
+            for key in [*ours, *(key for key in saved if key not in ours)]:
+                there, here = saved.get(key), ours.get(key)
+                shapes = [
+                    str(tuple(tensor.shape)) if isinstance(tensor, torch.Tensor) else "absent" for tensor in (there, here)
+                ]
+                if shapes[0] != shapes[1]:
+                    refuse(f"{name}.{key} is {shapes[0]} there, {shapes[1]} here")
+        try:
+            settings = [{k: v for k, v in group.items() if k != "params"} for group in getattr(module, "param_groups", [])]
+            module.load_state_dict(saved)
+            for group, setting in zip(getattr(module, "param_groups", []), settings, strict=True):
+                group.update(setting)  # the optimizer's moments from there; its LR, eps and kernels from this run's flags
+        except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as error:
+            refuse(f"its {name} ({type(error).__name__}: {' '.join(str(error).split())[:100]})")
+    if RANK == 0:
+        print(
+            f"initialised {', '.join(loaded)} from {args.init_from} (its run had trained {checkpoint['global_step']:,} steps)"
+        )
+
+
 def start_run(args: Args, checkpoint: dict | None):  # Copied from ppo_atari_envpool.start_run
-    """Seed torch; under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
+    """Under torchrun, join the other processes (Gloo for CPU tensors, NCCL for CUDA ones); SIGTERM
     (Slurm pre-emption) and SIGINT (Ctrl-C) land in `stop_signal`: the loop stops and saves. Process 0 alone opens
     the run directory (the checkpoint's on --resume) with args.json, TensorBoard, W&B and the progress bar."""
     global RUN_DIR  # noqa: PLW0603 - for the lines that name the last checkpoint (out of memory: in __main__)
-    torch.manual_seed(args.seed)  # torch draws every random number of training: actions, minibatches, samples
     gpu = args.cuda and torch.cuda.is_available()
     # On a GPU torch's host work is copies, after which its OpenMP threads spin on EnvPool's cores: one (host_threads.py)
     if threads := args.torch_threads or (1 if gpu else None):

@@ -63,13 +63,34 @@ def test_dormant_percentage_dense_and_conv_layers():
     # a larger tau makes channel 2 of a (1, 0.03) layer dormant, the default does not
     conv_b = torch.stack([torch.ones(1, 1), torch.full((1, 1), 0.03)]).unsqueeze(0)
     assert metrics.dormant_percentage([conv_b]) == 0.0
-    assert metrics.dormant_percentage([conv_b], tau=0.1) == pytest.approx(50.0)
+    assert metrics.dormant_percentage([conv_b], threshold=0.1) == pytest.approx(50.0)
     # a score exactly at tau is dormant (Sokar et al.: s <= tau): means (79, 1), layer mean 40, 1 / 40 = 0.025
     assert metrics.dormant_percentage([torch.tensor([[79.0, 1.0]])]) == pytest.approx(50.0)
     # tanh layers (ppo_isaacgym.py) output negative values: |h|, not h. Means of |h| (1, 1, 0.01): one dormant; signed
     # means (0, -1, 0.01) would make two of the three dormant
     tanh = torch.tensor([[1.0, -1.0, 0.01], [-1.0, -1.0, 0.01]])
     assert metrics.dormant_percentage([tanh]) == pytest.approx(100 / 3)
+
+
+def test_dormant_percentage_absolute_definition_tests_each_neurons_mean_magnitude():
+    """The paper's B.2 formula: dormant when mean |a_i| over the batch (and space) < epsilon, default 1e-5, strictly."""
+    # dense: per-neuron mean |h| = [1, 5e-6, 0, 1e-5]: two below 1e-5; the one at exactly 1e-5 is not (strict <).
+    # Sokar's relative score would call all three small ones dormant (scores ~2e-5, 0, 4e-5 of the layer mean 0.25)
+    dense = torch.tensor([[1.0, 1e-5, 0.0, 1e-5], [-1.0, 0.0, 0.0, -1e-5]])
+    assert metrics.dormant_percentage([dense], definition="absolute") == pytest.approx(50.0)
+    assert metrics.dormant_percentage([dense], definition="sokar") == pytest.approx(75.0)
+    # conv: channel means over batch and space (2, 3e-6) -> one of the two; a threshold 1e-6 makes none dormant
+    conv = torch.stack([torch.full((2, 2), 2.0), torch.tensor([[1.2e-5, 0.0], [0.0, 0.0]])]).unsqueeze(0)
+    assert metrics.dormant_percentage([conv], definition="absolute") == pytest.approx(50.0)
+    assert metrics.dormant_percentage([conv], 1e-6, "absolute") == 0.0
+    # over both layers: 3 of 6 neurons
+    assert metrics.dormant_percentage([dense, conv], definition="absolute") == pytest.approx(50.0)
+    # scale matters to the absolute test only: a whole layer of small (but alive) units is dormant under it, not Sokar's
+    small = torch.full((4, 3), 1e-6)
+    assert metrics.dormant_percentage([small], definition="absolute") == 100.0
+    assert metrics.dormant_percentage([small], definition="sokar") == 0.0
+    with pytest.raises(ValueError, match="definition"):
+        metrics.dormant_percentage([small], definition="relative")
 
 
 def test_hidden_activations_records_each_activation_output_inside_the_block_only():

@@ -91,7 +91,7 @@ def test_measure_agent_against_its_own_behaviour_policy():
     with torch.no_grad():
         actions, _, _, _, means = agent.get_action_and_value(obs)
         std = agent.actor_logstd.exp().expand_as(means)
-        measured = measure_agent(agent, obs, actions, means, std, batch_size=1024, dormant_tau=0.025)
+        measured = measure_agent(agent, obs, actions, means, std, batch_size=1024, dormant_threshold=0.025)
     assert measured["kl_behavior"] == pytest.approx(0.0, abs=1e-6)
     assert measured["ess_pct"] == pytest.approx(100.0)
     # policy variance: over the state-dependent outputs only, the means (the std is one parameter for every state)
@@ -107,7 +107,7 @@ def test_measure_agent_kl_ess_and_ddr_after_a_known_shift():
         actions, _, _, _, means = agent.get_action_and_value(obs)
         behavior_std = agent.actor_logstd.exp().expand_as(means).clone()
         agent.actor_logstd.fill_(math.log(0.5))  # the update halved the std; the means are unchanged
-        measured = measure_agent(agent, obs, actions, means, behavior_std, batch_size=1000, dormant_tau=0.025)
+        measured = measure_agent(agent, obs, actions, means, behavior_std, batch_size=1000, dormant_threshold=0.025)
     kl_per_dim = math.log(0.5) + 1 / (2 * 0.25) - 0.5  # KL(N(m, 1) || N(m, 0.5))
     assert measured["kl_behavior"] == pytest.approx(2 * kl_per_dim, rel=1e-5)
     assert measured["ddr"] == pytest.approx(1000 / (2 * kl_per_dim), rel=1e-5)

@@ -316,7 +316,7 @@ BAD_FLAGS = [
     (["--end-e", "-0.01"], "--end-e must be in [0, 1]"),
     (["--exploration-fraction", "1.5"], "--exploration-fraction must be in [0, 1]"),
     (["--metrics-interval", "-1"], "--metrics-interval must be finite and >= 0"),
-    (["--dormant-tau", "-1"], "--dormant-tau must be finite and >= 0"),
+    (["--dormant-threshold", "-1"], "--dormant-threshold must be finite and >= 0"),
     (["--max-episode-steps", "0"], "--max-episode-steps must be finite and > 0"),
     (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
     (["--runs-dir", "/proc/forbidden"], "--runs-dir"),
