@@ -90,7 +90,7 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_coef: float = 0.1
-    """PPO surrogate clipping epsilon (the first one, with --target-ddr)"""
+    """PPO surrogate clipping epsilon (the first one, with --target-ddr); 0 is allowed: Beukman Fig. 6b"""
     ewma_com: float = 8.0
     """proximal-policy EWMA centre of mass in optimizer steps, beta = com / (com + 1) (the first, with --adapt ewma-com)"""
     importance_weight_cap: float = 100.0
@@ -639,9 +639,9 @@ def validate_and_derive(args: Args) -> Args:
     require_signs(
         args,
         positive="total_timesteps max_episode_steps num_envs num_steps update_epochs num_minibatches lr_reference_envs "
-        "metrics_batch embeddings_per_iteration learning_rate adam_eps clip_coef max_grad_norm target_kl minibatch_size "
+        "metrics_batch embeddings_per_iteration learning_rate adam_eps max_grad_norm target_kl minibatch_size "
         "torch_threads target_ddr target_ddr_final adapt_rate ddr_batch importance_weight_cap",
-        non_negative="checkpoint_interval metrics_interval ent_coef vf_coef dormant_threshold ewma_com",
+        non_negative="clip_coef checkpoint_interval metrics_interval ent_coef vf_coef dormant_threshold ewma_com",
     )
     cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault
     require((args.torch_threads or 1) <= cpus, f"--torch-threads {args.torch_threads} is more than the {cpus} CPUs here")

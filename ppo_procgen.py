@@ -89,7 +89,7 @@ class Args:
     norm_adv: bool = True
     """normalise advantages per minibatch"""
     clip_coef: float = 0.2
-    """PPO surrogate clipping epsilon"""
+    """PPO surrogate clipping epsilon; 0 is allowed: Beukman Fig. 6b"""
     clip_vloss: bool = True
     """clip the value loss around the old values"""
     ent_coef: float = 0.01
@@ -583,9 +583,10 @@ def validate_and_derive(args: Args) -> Args:
     require_signs(
         args,
         positive="total_timesteps num_envs num_steps update_epochs num_minibatches lr_reference_envs metrics_batch "
-        "embeddings_per_iteration learning_rate adam_eps clip_coef max_grad_norm reward_clip target_kl minibatch_size "
+        "embeddings_per_iteration learning_rate adam_eps max_grad_norm reward_clip target_kl minibatch_size "
         "torch_threads",
-        non_negative="checkpoint_interval metrics_interval ent_coef vf_coef dormant_threshold num_levels start_level",
+        non_negative="clip_coef checkpoint_interval metrics_interval ent_coef vf_coef dormant_threshold num_levels "
+        "start_level",
     )
     cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault
     require((args.torch_threads or 1) <= cpus, f"--torch-threads {args.torch_threads} is more than the {cpus} CPUs here")

@@ -93,7 +93,7 @@ class Args:
     norm_adv: bool = True
     """normalise the combined advantages per minibatch"""
     clip_coef: float = 0.1
-    """PPO surrogate clipping epsilon"""
+    """PPO surrogate clipping epsilon; 0 is allowed: Beukman Fig. 6b"""
     clip_vloss: bool = True
     """clip the extrinsic value loss around the old values (the intrinsic one is never clipped, as in CleanRL)"""
     ent_coef: float = 0.001
@@ -704,9 +704,9 @@ def validate_and_derive(args: Args) -> Args:
     require_signs(
         args,
         positive="total_timesteps max_episode_steps num_envs num_steps update_epochs num_minibatches lr_reference_envs "
-        "metrics_batch embeddings_per_iteration learning_rate adam_eps clip_coef max_grad_norm target_kl minibatch_size "
+        "metrics_batch embeddings_per_iteration learning_rate adam_eps max_grad_norm target_kl minibatch_size "
         "torch_threads",
-        non_negative="checkpoint_interval metrics_interval ent_coef vf_coef dormant_threshold ext_coef int_coef "
+        non_negative="clip_coef checkpoint_interval metrics_interval ent_coef vf_coef dormant_threshold ext_coef int_coef "
         "num_iterations_obs_norm_init",
     )
     cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault

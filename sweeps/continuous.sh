@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Continuous control (paper Fig. 7, 18; the reviewers' request): N_envs vs N_RO for
-# Gaussian PPO on Ant and Humanoid, from (N_envs, N_RO) = (1024, 16), batch x k by more
+# Gaussian PPO on three tasks, from (N_envs, N_RO) = (1024, 16), batch x k by more
 # environments or longer rollouts. BACKEND=envpool (default) runs EnvPool's Ant-v5 and
 # Humanoid-v5 on the CPU anywhere; BACKEND=mjwarp runs Gymnasium's Ant-v5 and Humanoid-v5 on
 # MuJoCo Warp (a GPU simulator; on a CPU it is slow); BACKEND=isaacgym runs the Isaac Gym tasks.
@@ -14,8 +14,12 @@
 #
 # CPU default: GAMES=Ant-v5 SEEDS="1" TOTAL_TIMESTEPS=65536 BASE=64x16 MULTIPLIERS="1 2".
 # Paper (SCALE=paper): GAMES=$CONTINUOUS_TASKS of sweeps/games.sh ("Ant Humanoid"; with -v5 on
-#   envpool), SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=30000000, BASE=1024x16, MULTIPLIERS="1 2 4 8": the budget, base and
-#   grid are ours (the paper gives none; its three Isaac Gym tasks are not named, the spec's two are Ant and Humanoid).
+#   envpool) and a third task, SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=30000000, BASE=1024x16, MULTIPLIERS="1 2 4 8": the
+#   budget, base and grid are ours (the paper gives none). The paper's three Isaac Gym tasks are not named; Ant and
+#   Humanoid are the spec's, the third is ours: Anymal on Isaac Gym (legged locomotion, as the other two; in CleanRL's
+#   Isaac Gym benchmark, whose PPO the paper uses), Walker2d-v5 on EnvPool (no Anymal there: the closest MuJoCo task,
+#   a walker that ends its episode when it falls, as Anymal does), none on MuJoCo Warp (its adapter has Ant and
+#   Humanoid only: two tasks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source sweeps/games.sh
@@ -25,7 +29,11 @@ if [[ ! $BACKEND =~ ^(envpool|mjwarp|isaacgym)$ ]]; then # not auto: a re-run fi
     exit 2
 fi
 if [[ ${SCALE:-cpu} == paper ]]; then
-    if [[ $BACKEND == envpool ]]; then : "${GAMES:=${CONTINUOUS_TASKS// /-v5 }-v5}"; else : "${GAMES:=$CONTINUOUS_TASKS}"; fi
+    case $BACKEND in
+    envpool) : "${GAMES:=${CONTINUOUS_TASKS// /-v5 }-v5 Walker2d-v5}" ;;
+    isaacgym) : "${GAMES:=$CONTINUOUS_TASKS Anymal}" ;;
+    mjwarp) : "${GAMES:=$CONTINUOUS_TASKS}" ;;
+    esac
     : "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=30000000}" "${BASE:=1024x16}" "${MULTIPLIERS:=1 2 4 8}"
 fi
 : "${GAMES:=Ant-v5}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=65536}" "${BASE:=64x16}" "${MULTIPLIERS:=1 2}"

@@ -36,7 +36,8 @@
 # Kinetix-<set>-<size>) is matched to runs/<env_id>__<exp_name>__<seed>__<time>/:
 #   - a run directory with done.json (the scripts' completion marker) -> skipped;
 #   - one whose lock file a process holds (the scripts hold it while they train) -> skipped as running;
-#   - one with checkpoint.pt (interrupted, pre-empted, crashed) -> resumed with --resume;
+#   - one with checkpoint.pt (interrupted, pre-empted, crashed) -> resumed with --resume (a run started --init-from a
+#     checkpoint: without --init-from and --init-optimizer, which the scripts do not take with --resume);
 #   - otherwise the command starts a new run.
 # The run must have been trained with the command's flags (its args.json; a flag the command leaves out means the
 # script's default): a run of another budget or other flags under that name is neither skipped nor resumed but
@@ -195,8 +196,12 @@ resolve() {
         lock_held "$run_dir" && echo "RUNNING ${run_dir%/}" && return
         [[ -f $run_dir/checkpoint.pt ]] && checkpoint=${run_dir}checkpoint.pt
     done
-    if [[ -n $checkpoint ]]; then
-        echo "$command --resume $checkpoint"
+    if [[ -n $checkpoint ]]; then # a run started --init-from a checkpoint resumes from its own: the scripts take one
+        local init_from='(.*[[:space:]])--init-from([[:space:]]+|=)[^[:space:]]+(([[:space:]].*)?)$'
+        local init_optimizer='(.*[[:space:]])--init-optimizer(([[:space:]].*)?)$'
+        while [[ $command =~ $init_from ]]; do command="${BASH_REMATCH[1]}${BASH_REMATCH[3]# }"; done
+        while [[ $command =~ $init_optimizer ]]; do command="${BASH_REMATCH[1]}${BASH_REMATCH[2]# }"; done
+        echo "${command%% } --resume $checkpoint"
     else
         echo "$command"
     fi

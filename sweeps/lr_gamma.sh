@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Learning rate and discount (paper Fig. 11, 12): should the LR follow the batch when
-# N_envs grows (x k, x sqrt(k) or x 1/k with k = N_envs / 8; N_RO = 128), and are the gains
-# of a longer rollout (N_RO x 2: GAMMA_SHAPES="8x128 8x256") the same for every discount gamma?
+# N_envs grows (x k or x sqrt(k), Hilton et al.'s two rules, and decreased by the same factor, / k or / sqrt(k), as
+# Fig. 11 also does; k = N_envs / 8; N_RO = 128), and are the gains of a longer rollout (N_RO x 2:
+# GAMMA_SHAPES="8x128 8x256") the same for every discount gamma?
 #
 #   bash sweeps/lr_gamma.sh                                 # small CPU version
 #   SCALE=paper LAUNCHER=print bash sweeps/lr_gamma.sh      # the paper's commands
 #   .venv/bin/python sweeps/aggregate.py report runs/lr_gamma
 #
 # CPU default: GAMES=Breakout SEEDS="1 2" TOTAL_TIMESTEPS=16384 NUM_ENVS="8 32"
-#   LR_SCALINGS="none sqrt linear inverse" GAMMAS="0.99 0.999" GAMMA_SHAPES="8x128 8x256".
+#   LR_SCALINGS="none sqrt linear inverse-sqrt inverse" GAMMAS="0.99 0.999" GAMMA_SHAPES="8x128 8x256".
 # Paper (SCALE=paper): the Atari-10, SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=100000000,
 #   NUM_ENVS="8 16 32 64 128", the same LR scalings, GAMMAS="0.95 0.99 0.995 0.999", the same GAMMA_SHAPES (Fig. 12's
 #   caption calls gamma 0.95 the default, Table 1 0.99: both are in GAMMAS; the LR runs use Table 1's 0.99).
@@ -21,11 +22,11 @@ if [[ ${SCALE:-cpu} == paper ]]; then
     : "${GAMMAS:=0.95 0.99 0.995 0.999}"
 fi
 : "${GAMES:=Breakout}" "${SEEDS:=1 2}" "${TOTAL_TIMESTEPS:=16384}" "${NUM_ENVS:=8 32}"
-: "${LR_SCALINGS:=none sqrt linear inverse}" "${GAMMAS:=0.99 0.999}" "${GAMMA_SHAPES:=8x128 8x256}"
+: "${LR_SCALINGS:=none sqrt linear inverse-sqrt inverse}" "${GAMMAS:=0.99 0.999}" "${GAMMA_SHAPES:=8x128 8x256}"
 : "${RUNS_DIR:=runs/lr_gamma}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"
 
 # Each training once: at N_envs 8 (k = 1) every scaling is the unscaled LR, so the baseline ppo_lr-none_envs8 stands for
-# all four lines there, and for gamma 0.99 at 8 x 128 in the gamma comparison (when LR_SCALINGS and NUM_ENVS hold it).
+# all five lines there, and for gamma 0.99 at 8 x 128 in the gamma comparison (when LR_SCALINGS and NUM_ENVS hold it).
 baseline_in_sweep=$([[ " $LR_SCALINGS " == *" none "* && " $NUM_ENVS " == *" 8 "* ]] && echo yes || true)
 for game in $GAMES; do
     for seed in $SEEDS; do

@@ -528,6 +528,7 @@ BAD_FLAGS = [
     (["--env-id", "BigfishEasy-v0"], "not an EnvPool Atari task"),  # Procgen, with or without Qt
     (["--learning-rate", "-0.1"], "--learning-rate must be finite and > 0"),
     (["--ent-coef", "-1"], "--ent-coef must be finite and >= 0"),
+    (["--clip-coef", "-0.1"], "--clip-coef must be finite and >= 0"),  # 0 is allowed (Beukman Fig. 6b), below it not
     (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
     (["--max-episode-steps", "0"], "--max-episode-steps must be finite and > 0"),
     (["--resume", "/no/such/checkpoint.pt"], "no such checkpoint file"),
@@ -573,6 +574,11 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, monkeypatch, capsys, flags, fr
     line = usage_error(ppo_atari_envpool.main, monkeypatch, capsys, [SCRIPT, "--runs-dir", str(tmp_path / "runs"), *flags])
     assert fragment in line
     assert not os.path.exists(tmp_path / "runs")  # nothing was created
+
+
+def test_a_clip_epsilon_of_0_is_accepted():
+    """Beukman et al.'s Fig. 6b trains standard PPO with eps = 0 (Adam's momentum still moves the ratio)."""
+    assert ppo_atari_envpool.validate_and_derive(ppo_atari_envpool.Args(clip_coef=0.0)).clip_coef == 0.0
 
 
 @pytest.mark.parametrize("flags", [["--num-envs", "eight"], ["--lr-scaling", "cubic"], ["--no-such-flag", "1"]])

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from conftest import ROOT, usage_error
 from torch.utils.tensorboard import SummaryWriter
 
@@ -393,13 +394,31 @@ def sweep_commands(sweep, tmp_path, scale):
     return result.stdout.splitlines()
 
 
+def parse_command(words, monkeypatch):
+    """The script's Args for a printed command (its words after the python), as the script parses them. A checkpoint that
+    an --init-from names and that a sweep's earlier stage would have written (sweeps/restart.sh) is made first: a file of
+    the script's own flags, which is all that the scripts check before they make their envs."""
+    import dataclasses
+    import importlib
+
+    script = os.path.basename(words[0])
+    module = importlib.import_module(script.removesuffix(".py"))
+    if "--init-from" in words and not os.path.exists(path := words[words.index("--init-from") + 1]):
+        base = [word for word in words[1:] if word not in (path, "--init-from", "--init-optimizer")]
+        monkeypatch.setattr(sys, "argv", [script, *base])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        args = dataclasses.asdict(module.parse_args()[0])
+        torch.save({"args": args, "iteration": 1, "global_step": args["batch_size"]}, path)
+    monkeypatch.setattr(sys, "argv", [script, *words[1:]])
+    return module.parse_args()[0]
+
+
 @pytest.mark.parametrize("sweep", SCRIPT_SWEEPS)
 def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeypatch, capsys):
     """Each distinct configuration of the CPU and the paper-scale version passes the
     script's own flag validation (a typo in a sweep would fail here, not on a cluster), and launch.sh finds the run
     that the command trains (its directory, the args.json the script writes) the run of that command: it skips it."""
     import dataclasses
-    import importlib
 
     for scale in ("cpu", "paper"):
         commands = sweep_commands(sweep, tmp_path, scale)
@@ -413,9 +432,7 @@ def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeyp
                 continue
             names.add((exp_name, scale))
             script = os.path.basename(words[1])
-            module = importlib.import_module(script.removesuffix(".py"))
-            monkeypatch.setattr(sys, "argv", [script, *words[2:]])
-            args = module.parse_args()[0]
+            args = parse_command(words[1:], monkeypatch)
             run_dir = make_run(tmp_path / "runs", f"{args.env_id}__{args.exp_name}__{args.seed}__100", ["done.json"])
             (run_dir / "args.json").write_text(json.dumps({"script": script, **dataclasses.asdict(args)}))
             finished.append(shlex.join(["true", os.path.join(ROOT, script), *words[2:]]))  # its Args' defaults count
@@ -428,10 +445,10 @@ def test_every_sweep_prints_commands_the_scripts_accept(sweep, tmp_path, monkeyp
 
 
 def test_results_table_gives_each_sweeps_paper_scale_run_count(tmp_path):
-    """benchmarks/RESULTS.md's table of the sweeps at paper scale counts the commands each sweep prints."""
-    table = open(os.path.join(ROOT, "benchmarks", "RESULTS.md")).read()
+    """docs/figures.md's table of the sweeps at paper scale counts the commands each sweep prints, one row a sweep."""
+    table = open(os.path.join(ROOT, "docs", "figures.md")).read().split("## The sweeps at paper scale")[1]
     rows = re.findall(r"`bash sweeps/(\w+)\.sh`.*= ([\d,]+) runs", table)
-    assert len(rows) == len(SWEEPS)
+    assert sorted(name for name, _ in rows) == sorted(os.path.basename(path)[:-3] for path in SWEEPS)
     for name, count in rows:
         assert len(sweep_commands(os.path.join(ROOT, "sweeps", f"{name}.sh"), tmp_path, "paper")) == int(
             count.replace(",", "")
@@ -957,7 +974,6 @@ def test_no_sweep_trains_the_same_run_twice(sweep, tmp_path, monkeypatch):
     scaling where N_envs is its reference, as every scaling then leaves the LR as it is). One game and seed suffice: a
     sweep repeats the same grid for each."""
     import dataclasses
-    import importlib
 
     commands = sweep_commands(sweep, tmp_path, "paper")
     first = shlex.split(commands[0])
@@ -968,8 +984,7 @@ def test_no_sweep_trains_the_same_run_twice(sweep, tmp_path, monkeypatch):
     for command in commands:
         words = shlex.split(command)
         script = os.path.basename(words[1])
-        monkeypatch.setattr(sys, "argv", [script, *words[2:]])
-        args = dataclasses.asdict(importlib.import_module(script.removesuffix(".py")).parse_args()[0])
+        args = dataclasses.asdict(parse_command(words[1:], monkeypatch))
         for name in ("exp_name", "runs_dir", "checkpoint_interval"):
             args.pop(name, None)
         if "phases" in args:  # they hold the minibatch size they give: the size or count given is one of two spellings
@@ -1116,6 +1131,137 @@ def test_continuous_sweep_skips_its_finished_runs_on_every_backend(tmp_path, bac
     result = subprocess.run(["bash", os.path.join(ROOT, "sweeps", "continuous.sh")], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"--env-id {run_name} " in result.stdout and "launched 0 (0 resumed from a checkpoint), skipped 1" in result.stdout
+
+
+FAKE_TRAINING = """#!/usr/bin/env bash
+# A stand-in for PYTHON: "trains" the run its flags name (args.json, checkpoint.pt holding the run's name, done.json),
+# after reading --init-from's checkpoint into init.txt; the run named in $FAIL crashes before it finishes.
+while (($#)); do
+    case $1 in
+    --env-id) env=$2 ;; --exp-name) name=$2 ;; --seed) seed=$2 ;; --runs-dir) runs=$2 ;; --init-from) init=$2 ;;
+    esac
+    shift
+done
+dir=$runs/${env}__${name}__${seed}__$(date +%s%N)
+mkdir -p "$dir" && echo '{}' >"$dir/args.json"
+if [[ -n ${init:-} ]]; then cat "$init" >"$dir/init.txt" || exit 3; fi
+[[ $name == "${FAIL:-}" ]] && exit 1
+echo "$name" >"$dir/checkpoint.pt" && echo '{}' >"$dir/done.json"
+"""
+
+
+def test_restart_sweep_starts_each_restart_from_its_finished_base_and_leaves_the_others_for_a_re_run(tmp_path):
+    """sweeps/restart.sh (Beukman Fig. 3a) in two stages: the base runs, then the restarts from the copies of their last
+    checkpoints; a base that has not finished holds back its restarts (a notice, exit 1 as its failure) until a re-run,
+    which skips what is done."""
+    fake = tmp_path / "fake_python"
+    fake.write_text(FAKE_TRAINING)
+    fake.chmod(0o755)
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHON": str(fake), "RUNS_DIR": str(runs), "LOG_DIR": str(tmp_path / "logs"), "JOBS": "2"}
+    env |= {"GAMES": "Breakout", "SEEDS": "3", "TOTAL_TIMESTEPS": "4096", "COMS": "1 64", "FAIL": "ewma_com64_base"}
+    sweep = os.path.join(ROOT, "sweeps", "restart.sh")
+    first = subprocess.run(["bash", sweep], capture_output=True, text=True, env=env, timeout=120)
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "Breakout-v5 ewma_com64_base (seed 3) has not finished: its restarts wait" in first.stderr
+    assert sorted(path.name for path in (runs / "init").iterdir()) == ["Breakout-v5__ewma_com1_base__3.pt"]
+
+    def trained():  # run name: the base its init.txt came from, or "" for a base
+        done = [path.parent for path in runs.glob("*/done.json")]
+        return {
+            path.name.split("__")[1]: (path / "init.txt").read_text().strip() if (path / "init.txt").exists() else ""
+            for path in done
+        }
+
+    assert trained() == {"ewma_com1_base": "", "ewma_com1_from1": "ewma_com1_base", "ewma_com64_from1": "ewma_com1_base"}
+    env |= {"FAIL": "", "LOG_DIR": str(tmp_path / "logs_again")}
+    again = subprocess.run(["bash", sweep], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 0 and again.stderr == "", again.stdout + again.stderr
+    assert "launched 1 (0 resumed from a checkpoint), skipped 1 finished" in again.stdout  # the bases
+    assert "launched 2 (0 resumed from a checkpoint), skipped 2 finished" in again.stdout  # the restarts
+    restarts = {f"ewma_com{to}_from{base}": f"ewma_com{base}_base" for base in (1, 64) for to in (1, 64)}
+    assert trained() == {"ewma_com1_base": "", "ewma_com64_base": "", **restarts}
+    restart_logs = [log.read_text().splitlines()[0] for log in (tmp_path / "logs_again" / "restarts").glob("*.log")]
+    assert len(restart_logs) == 2 and all("_from64 " in line for line in restart_logs)  # the second run's log files
+    # each restart's command: the base's checkpoint at its fixed path, with Adam's moments
+    assert all(
+        f"--init-from {runs}/init/Breakout-v5__ewma_com" in line and "--init-optimizer" in line for line in restart_logs
+    )
+    assert all("--no-anneal-lr --total-timesteps 2048 " in line for line in restart_logs)  # the second half, at a constant LR
+
+
+def test_a_restart_that_was_interrupted_resumes_from_its_own_checkpoint(tmp_path):
+    """A run started with --init-from that stopped resumes with --resume alone (the scripts refuse both): launch.sh drops
+    --init-from and --init-optimizer, wherever they stand in the command."""
+    recorded = {"init_from": "base.pt", "init_optimizer": True}
+    for name in ("a", "b"):
+        (make_run(tmp_path / "runs", f"Pong-v5__{name}__1__100", ["checkpoint.pt"]) / "args.json").write_text(
+            json.dumps(recorded)
+        )
+    commands = (
+        "echo x.py --env-id Pong-v5 --exp-name a --init-from base.pt --init-optimizer --runs-dir runs\n"
+        "echo x.py --env-id Pong-v5 --init-optimizer --exp-name b --runs-dir runs --init-from=base.pt\n"
+    )
+    result = launch(commands, tmp_path)
+    assert result.returncode == 0, result.stdout
+    for name in ("a", "b"):
+        resumed = (
+            f"echo x.py --env-id Pong-v5 --exp-name {name} --runs-dir runs --resume runs/Pong-v5__{name}__1__100/checkpoint.pt"
+        )
+        assert f"start: {resumed}\n" in result.stdout, result.stdout
+
+
+def test_issue_58_rows_at_paper_scale(tmp_path):
+    """The rows the sweeps gained for issue 58, at SCALE=paper: N_envs 1, 2, 4 in the data scaling (the rebuttal's
+    table); the LR divided by sqrt(k) (Fig. 11); Table 1's PQN exploration; a third continuous task; PPO's clip epsilon
+    at every N_envs (Beukman Fig. 5b, 7b); Fig. 4's LR x COM x annealing and Fig. 6's epochs x regularisation; Fig. 9 on
+    continuous control."""
+
+    def commands(name, **env):
+        result = subprocess.run(
+            ["bash", os.path.join(ROOT, "sweeps", f"{name}.sh")],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "LAUNCHER": "print", "SCALE": "paper", "GAMES": "Amidar", "SEEDS": "1", **env},
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    scaling = {flag_values(command, "--num-envs", "--num-steps") for command in commands("data_scaling")}
+    assert {(envs, "128") for envs in ("1", "2", "4", "8", "16", "32", "64", "128")} <= scaling and len(scaling) == 12
+    assert {flag_values(c, "--lr-scaling")[0] for c in commands("lr_gamma") if "--lr-scaling" in c} == {
+        "none",
+        "sqrt",
+        "linear",
+        "inverse-sqrt",
+        "inverse",
+    }
+    assert all("--exploration-fraction 0.0025 --end-e 0.011 " in command for command in commands("pqn"))
+    for backend, tasks in (("envpool", {"Ant-v5", "Humanoid-v5", "Walker2d-v5"}), ("isaacgym", {"Ant", "Humanoid", "Anymal"})):
+        env = {"BACKEND": backend, "GAMES": ""}  # empty: the backend's paper-scale tasks
+        for name in ("continuous", "continuous_recipe"):
+            assert {flag_values(command, "--env-id")[0] for command in commands(name, **env)} == tasks, (name, backend)
+    ppo_clips = {
+        flag_values(c, "--num-envs", "--clip-coef")
+        for c in commands("ewma_recipe")
+        if "ppo_atari_envpool.py" in c and "--clip-coef" in c
+    }
+    assert ppo_clips == {(envs, clip) for envs in ("8", "32", "128") for clip in ("0.2", "0.4")}  # 0.1: bigger-minibatches
+    outer = commands("outer_step")
+    fig_4 = {
+        (*flag_values(c, "--ewma-com", "--learning-rate"), " --anneal-lr " in c)
+        for c in outer
+        if "--update-epochs 4 " in c and "--ewma-com" in c
+    }
+    assert fig_4 == {
+        (com, lr, anneal) for com in ("1", "8", "64") for lr in ("1e-4", "2.5e-4", "1e-3") for anneal in (True, False)
+    }
+    fig_6b = {flag_values(c, "--update-epochs", "--clip-coef") for c in outer if "ppo_atari_envpool.py" in c}
+    assert fig_6b == {(epochs, clip) for epochs in ("1", "2", "4", "8", "16") for clip in ("0.01", "0.1", "0.3")}
+    assert len(outer) == 41 and len({flag_values(c, "--exp-name") for c in outer}) == 41
+    (more,) = [c for c in commands("continuous_recipe", GAMES="Ant-v5") if "--exp-name ppo_more-minibatches_envs16384 " in c]
+    assert "--minibatch-size 8192 " in more  # the base's 1024 x 16 in 2 minibatches: 32 of 8,192 at 16,384 envs
 
 
 def fake_run(env_id, config, seed, returns, num_envs=8, num_steps=128):
