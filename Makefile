@@ -51,13 +51,13 @@ constraints:
 	mv constraints.txt.tmp constraints.txt
 	rm -rf $(VENV)-constraints
 
-# A short PPO Breakout run on the CPU (about a minute on 2 cores): TensorBoard logs
-# under demo_runs/ and a PNG of the learning curve.
+# A short PPO Breakout run on the CPU (about a minute on 2 cores): TensorBoard logs under demo_runs/ and a PNG of
+# the run as the main study's Fig. 3 draws one: the return beside the metrics (feature rank, dormant neurons, ...).
 demo: $(STAMP) system-packages
 	rm -rf $(DEMO_DIR)
 	$(PY) ppo_atari_envpool.py --env-id Breakout-v5 --total-timesteps 24576 --metrics-interval 4 \
 		--runs-dir $(DEMO_DIR)
-	$(PY) sweeps/aggregate.py curves $(DEMO_DIR)/Breakout-v5__* --smooth 5 --out $(DEMO_DIR)/learning_curve.png
+	$(PY) sweeps/aggregate.py curves $(DEMO_DIR)/Breakout-v5__* --metrics --smooth 5 --out $(DEMO_DIR)/learning_dynamics.png
 	@echo "TensorBoard: $(PY) -m tensorboard.main --logdir $(DEMO_DIR)"
 
 # One test process per core (at most 4: the tests start processes of their own), each test sent to whichever is free.

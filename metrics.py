@@ -4,7 +4,7 @@ Every function is pure (tensors or numbers in, numbers or tensors out) so that a
 hand-made inputs; the one exception, `hidden_activations`, records a network's hidden outputs
 for `dormant_percentage`. Definitions follow Appendix B of Mayor et al., "The Impact of
 On-Policy Parallelized Data Collection on Deep Reinforcement Learning Networks" (ICML 2025),
-unless a docstring says otherwise (the README's explanations of the logged metrics name the variants used here).
+unless a docstring says otherwise (docs/metrics.md gives each definition and names the variants used here).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import metrics  # noqa: E402 - the project's one shared module, one directory up
+import metrics  # noqa: E402 - the shared measurements (IQM, score tables), one directory up
 
 RETURN_TAG = "charts/episodic_return"
 SOLVE_RATE_TAG = "charts/solve_rate"  # a Kinetix run's score: the fraction of its training tasks solved

@@ -7,7 +7,7 @@
 #   6   epochs (EPOCH_LIST) x PPO-EWMA's COM (EPOCH_COMS, Fig. 6a) and x PPO's clip epsilon (EPOCH_CLIPS, Fig. 6b)
 #   7   N_envs (REG_ENVS) with a fixed number of minibatches (the minibatch grows with the batch) x COM (REG_COMS) and
 #       x clip (REG_CLIPS), compared at equal policy updates: each N_envs trains the iterations that BASE_ENVS makes in
-#       TOTAL_TIMESTEPS (the names end in _sameupdates; aggregate.py's x-axis stays environment steps)
+#       TOTAL_TIMESTEPS (the names end in _sameupdates; aggregate.py report --x updates plots them against updates)
 #   9   N_envs (RECIPE_ENVS) three ways, PPO: a fixed minibatch size (more minibatches: _mbsize<N>), a fixed number of
 #       minibatches (bigger ones, the same LR) and bigger minibatches with the LR scaled from BASE_ENVS (LR_SCALINGS)
 # Each configuration is one run directory whose name is the configuration (e.g. ewma_com8_clip0.2_epochs8_lr3e-4_envs64);

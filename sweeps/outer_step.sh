@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The outer loop's step size on Atari (Beukman et al. 2026, Fig. 4 and 6; kinetix.sh has both on Kinetix):
 #   4  the learning rate cannot make up for a poor outer step: PPO-EWMA's LR (LRS) x centre of mass (LR_COMS) x LR
-#      annealed to 0 or constant; the figure keeps the best run per LR and COM (aggregate.py --best learning_rate)
+#      annealed to 0 or constant; the figure keeps the best run per LR and COM (aggregate.py --best learning_rate ewma_com)
 #   6  epochs (EPOCH_LIST) x the regularisation, which sets the outer step: PPO-EWMA's centre of mass (EPOCH_COMS,
 #      Fig. 6a) and standard PPO's clip epsilon (EPOCH_CLIPS, Fig. 6b, down to the figure's eps 0)
 # Each configuration is one run directory named by every value it sets (e.g. ewma_com8_clip0.1_epochs4_lr2.5e-4_anneal);
@@ -9,7 +9,7 @@
 #
 #   bash sweeps/outer_step.sh                                 # small CPU version
 #   SCALE=paper LAUNCHER=print bash sweeps/outer_step.sh      # the paper's commands
-#   .venv/bin/python sweeps/aggregate.py report runs/outer_step --best learning_rate   # Fig. 4: the best per LR
+#   .venv/bin/python sweeps/aggregate.py report runs/outer_step --best learning_rate ewma_com  # Fig. 4
 #   .venv/bin/python sweeps/aggregate.py report runs/outer_step                        # Fig. 6
 #
 # FIGURES picks the figures (default "4 6"). CPU default: GAMES=Breakout SEEDS="1" TOTAL_TIMESTEPS=16384
