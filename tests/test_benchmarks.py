@@ -38,36 +38,14 @@ def refusal(monkeypatch, capsys, script: str, flags: list[str]) -> str:
     return usage_error(importlib.import_module(script).main, monkeypatch, capsys, [f"{script}.py", *flags])
 
 
-def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_reports_a_failed_run():
-    """One invocation (each costs a dozen tiny training runs): a candidate flag set the script rejects fails alone and
-    the benchmark goes on, then exits 1; the torchrun, thread-split and MuJoCo-backend tables."""
+def test_sps_benchmark_compares_eager_defaults_and_processes_and_reports_a_failed_run():
+    """One real invocation (each setting a tiny training run): a candidate flag set the script rejects fails alone and
+    the benchmark goes on, then exits 1; the main table and the torchrun table. The thread-split and MuJoCo-backend
+    tables have their own test below, with the runs faked."""
     result = run_script(
         "benchmarks/sps.py",
-        "--scripts",
-        "ppo_atari_envpool.py",
-        "--num-envs",
-        "2",
-        "--num-steps",
-        "16",
-        "--total-timesteps",
-        "64",
-        "--metrics-interval",
-        "2",
-        "--metrics-batch",
-        "16",
-        "--repeats",
-        "1",
-        "--raw-steps",
-        "20",
-        "--nproc",
-        "2",
-        "--jobs",
-        "2",
-        "--candidates",
-        "no-such-flag",
-        "--mjwarp",
-        "--warp-steps",
-        "3",
+        *"--scripts ppo_atari_envpool.py --num-envs 2 --num-steps 16 --total-timesteps 64 --metrics-interval 2".split(),
+        *"--metrics-batch 16 --repeats 1 --raw-steps 20 --nproc 2 --candidates no-such-flag".split(),
         env={"OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 1, result.stderr
@@ -87,15 +65,39 @@ def test_sps_benchmark_compares_processes_thread_split_and_mujoco_backends_and_r
     assert table[0].split()[:4] == ["SPS", "1", "process", "SPS"]
     row = table[1].split()
     assert row[0] == "ppo_atari_envpool.py" and float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
-    jobs = lines[lines.index(next(line for line in lines if line.startswith("2 runs at once, metrics every 2"))) + 1 :]
-    assert jobs[0].split()[:4] == ["SPS", "per", "run,", "default"]
-    row = jobs[1].split()
-    assert row[0] == "ppo_atari_envpool.py" and float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
-    backends = lines[lines.index(next(line for line in lines if line.startswith("Ant at 2 envs"))) + 1 :]
-    assert backends[0].split() == ["env", "steps/s", "alone", "PPO", "SPS"]
-    for row, name in zip(backends[1:3], ("EnvPool, Ant-v5 (CPU)", "MuJoCo Warp, Ant (CPU, "), strict=True):
-        assert row.startswith(name), row
-        assert all(float(cell.replace(",", "")) > 0 for cell in row.split()[-2:]), row
+
+
+def test_sps_benchmark_thread_split_and_mujoco_backend_tables(monkeypatch, capsys):
+    """compare_thread_split runs --jobs runs at once with torch's default threads, then with the cores split between
+    them; compare_mujoco_backends times PPO on each backend and each simulator alone: here with the training runs and
+    EnvPool faked (their real runs are the test above), MuJoCo Warp's Ant stepped for real."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    sps = importlib.import_module("sps")
+    calls = []
+
+    def training_sps(args, script, metrics_interval, nproc=1, threads=0, flags=()):
+        calls.append((script, nproc, threads, tuple(flags)))
+        if flags:  # a backend's PPO run
+            return 500.0 if "mjwarp" in flags else 400.0
+        return 150.0 if threads else 100.0
+
+    monkeypatch.setattr(sps, "training_sps", training_sps)
+    monkeypatch.setattr(sps, "raw_envpool_sps", lambda env_id, num_envs, steps: 7000.0)
+    monkeypatch.setattr(sps.os, "cpu_count", lambda: 2)
+    args = sps.Args(scripts=("ppo_atari_envpool.py",), num_envs=2, jobs=2, repeats=1, warp_steps=3, metrics_interval=2)
+    sps.compare_thread_split(args)
+    assert sorted(calls) == [("ppo_atari_envpool.py", 1, threads, ()) for threads in (0, 0, 1, 1)]  # 2 runs each
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("2 runs at once, metrics every 2: per-run SPS with torch's default threads against 1 thr")
+    assert lines[3].split()[:5] == ["ppo_atari_envpool.py", "(Breakout-v5)", "100", "150", "1.50"], lines[3]
+    calls.clear()
+    sps.compare_mujoco_backends(args)
+    assert calls == [("ppo_isaacgym.py", 1, 0, ("--backend", backend)) for backend in ("envpool", "mjwarp")]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("Ant at 2 envs") and lines[2].split() == ["env", "steps/s", "alone", "PPO", "SPS"]
+    assert lines[3].split()[-2:] == ["7,000", "400"] and lines[3].startswith("EnvPool, Ant-v5 (CPU)")
+    assert lines[4].startswith("MuJoCo Warp, Ant (CPU, ") and lines[4].split()[-1] == "500"
+    assert float(lines[4].split()[-2].replace(",", "")) > 0  # Warp's Ant alone, measured
 
 
 SPS_COUNTS = "num-envs num-steps metrics-interval metrics-batch repeats raw-steps warp-steps total-timesteps".split()
