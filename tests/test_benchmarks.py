@@ -38,14 +38,14 @@ def refusal(monkeypatch, capsys, script: str, flags: list[str]) -> str:
     return usage_error(importlib.import_module(script).main, monkeypatch, capsys, [f"{script}.py", *flags])
 
 
-def test_sps_benchmark_compares_eager_defaults_and_processes_and_reports_a_failed_run():
+def test_sps_benchmark_compares_eager_and_defaults_and_reports_a_failed_run():
     """One real invocation (each setting a tiny training run): a candidate flag set the script rejects fails alone and
-    the benchmark goes on, then exits 1; the main table and the torchrun table. The thread-split and MuJoCo-backend
-    tables have their own test below, with the runs faked."""
+    the benchmark goes on, then exits 1; the main table. The torchrun, thread-split and MuJoCo-backend tables have
+    their own test below, with the runs faked (torchrun's own runs are the scripts' tests)."""
     result = run_script(
         "benchmarks/sps.py",
         *"--scripts ppo_atari_envpool.py --num-envs 2 --num-steps 16 --total-timesteps 64 --metrics-interval 2".split(),
-        *"--metrics-batch 16 --repeats 1 --raw-steps 20 --nproc 2 --candidates no-such-flag".split(),
+        *"--metrics-batch 16 --repeats 1 --raw-steps 20 --candidates no-such-flag".split(),
         env={"OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 1, result.stderr
@@ -61,16 +61,14 @@ def test_sps_benchmark_compares_eager_defaults_and_processes_and_reports_a_faile
     eager, defaults, ratio = (float(row[i].replace(",", "")) for i in (2, 3, 5))
     assert row[4] == "failed" and eager > 0 and defaults > 0 and ratio == pytest.approx(defaults / eager, abs=0.02)
     assert row[6] == "failed"  # the candidate's ratio to the eager path
-    table = lines[lines.index(next(line for line in lines if line.startswith("one run, metrics every 2"))) + 1 :]
-    assert table[0].split()[:4] == ["SPS", "1", "process", "SPS"]
-    row = table[1].split()
-    assert row[0] == "ppo_atari_envpool.py" and float(row[2].replace(",", "")) > 0 and float(row[3].replace(",", "")) > 0
+    assert not any(line.startswith("one run, metrics every 2") for line in lines)  # no torchrun table without --nproc
 
 
-def test_sps_benchmark_thread_split_and_mujoco_backend_tables(monkeypatch, capsys):
-    """compare_thread_split runs --jobs runs at once with torch's default threads, then with the cores split between
-    them; compare_mujoco_backends times PPO on each backend and each simulator alone: here with the training runs and
-    EnvPool faked (their real runs are the test above), MuJoCo Warp's Ant stepped for real."""
+def test_sps_benchmark_torchrun_thread_split_and_mujoco_backend_tables(monkeypatch, capsys):
+    """compare_torchrun times one process against --nproc; compare_thread_split runs --jobs runs at once with torch's
+    default threads, then with the cores split between them; compare_mujoco_backends times PPO on each backend and each
+    simulator alone: here with the training runs and EnvPool faked (a real run is the test above), MuJoCo Warp's Ant
+    stepped for real."""
     monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
     sps = importlib.import_module("sps")
     calls = []
@@ -85,6 +83,13 @@ def test_sps_benchmark_thread_split_and_mujoco_backend_tables(monkeypatch, capsy
     monkeypatch.setattr(sps, "raw_envpool_sps", lambda env_id, num_envs, steps: 7000.0)
     monkeypatch.setattr(sps.os, "cpu_count", lambda: 2)
     args = sps.Args(scripts=("ppo_atari_envpool.py",), num_envs=2, jobs=2, repeats=1, warp_steps=3, metrics_interval=2)
+    args.nproc = 2
+    sps.compare_torchrun(args)
+    assert calls == [("ppo_atari_envpool.py", nproc, 0, ()) for nproc in (1, 2)]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("one run, metrics every 2: 1 process x 2 envs against 2 torchrun processes x 1 envs")
+    assert lines[3].split()[:5] == ["ppo_atari_envpool.py", "(Breakout-v5)", "100", "100", "1.00"], lines[3]
+    calls.clear()
     sps.compare_thread_split(args)
     assert sorted(calls) == [("ppo_atari_envpool.py", 1, threads, ()) for threads in (0, 0, 1, 1)]  # 2 runs each
     lines = capsys.readouterr().out.splitlines()
