@@ -827,41 +827,15 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
             assert result["stats"][name].item() == pytest.approx(value.item(), abs=1e-6), name
 
 
-def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
-    """Also with a schedule and a DDR target: each phase's envs split over the processes, and the adapted clip epsilon
-    (from the KL averaged over the processes) stays the same everywhere, as the identical weights show."""
-    flags = [*with_schedule(TORCHRUN_FLAGS, "0:4x16,0.5:8x8"), "--target-ddr", "1000"]
-    embeddings = ["--save-embeddings", "--embeddings-per-iteration", "1000", "--metrics-batch", "25"]  # all it samples
-    result = run_torchrun(SCRIPT, 2, *flags, "--runs-dir", str(tmp_path / "two"), "--save-model", *embeddings)
-    assert result.returncode == 0, result.stderr
-    assert "weights identical on 2 of 2 processes" in result.stdout
-    run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
-    done = json.load(open(os.path.join(run_dir, "done.json")))
-    assert done == {"global_step": 512, "iterations": 8}  # one process's count: 4 x 64 steps in each phase
-    scalars = read_scalars(run_dir)
-    assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
-    assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 9)]
-    # 4 envs, 40-step time limit, 64 steps each in the first phase: a game per env, from both processes
-    assert len(scalars["charts/episodic_length"]) >= 4
-    flags = json.load(open(os.path.join(run_dir, "args.json")))
-    assert flags["num_envs"] == 4 and flags["processes"] == 2  # the global N_envs, and torchrun's process count
-    assert [value for _, value in scalars["charts/num_envs"]] == [4] * 4 + [8] * 4
-    assert len({value for _, value in scalars["charts/clip_coef"]}) > 1
-    # The metrics measure both processes' sample: the DDR that adapts the clip (from the KL averaged over processes) is
-    # the logged KL's, which was process 0's own alone before
-    kl_behavior, ddr = dict(scalars["metrics/kl_behavior"]), dict(scalars["metrics/ddr"])
-    assert sorted(kl_behavior) == [128, 256, 384, 512]
-    assert all(ddr[step] == pytest.approx(64 / kl, rel=1e-5) for step, kl in kl_behavior.items())
-    # --metrics-batch 25 over 2 processes: 13 and 12 states, not 12 twice
-    iterations = np.load(os.path.join(run_dir, "embeddings.npz"))["iteration"]
-    assert np.unique(iterations, return_counts=True)[1].tolist() == [25] * 4
-
-
-def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint_and_resume_reaches_the_total(tmp_path):
+def test_torchrun_two_processes_stop_together_on_one_sigterm_and_resume_to_identical_weights(tmp_path):
     """Slurm or a user may signal one worker only: the other must stop at the same step, not hang; process 0 alone
-    saves and says so, and --resume under torchrun continues to the same total."""
-    flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path), "--checkpoint-interval", "1"]
-    flags[flags.index("--total-timesteps") + 1] = "640"  # 10 iterations
+    saves and says so, and --resume under torchrun continues to the same total, counting steps like one process. With
+    a schedule and a DDR target: each phase's envs split over the processes, and the adapted clip epsilon (from the KL
+    averaged over the processes) stays the same everywhere, as the identical weights at the end show."""
+    flags = [*with_schedule(TORCHRUN_FLAGS, "0:4x16,0.5:8x8"), "--target-ddr", "1000", "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "640"  # 10 iterations: 5 of 4 x 16, then 5 of 8 x 8
+    embeddings = ["--save-embeddings", "--embeddings-per-iteration", "1000", "--metrics-batch", "25"]  # all it samples
+    flags += [*embeddings, "--save-model", "--checkpoint-interval", "1"]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     launcher = subprocess.Popen(
         [*torchrun(2), SCRIPT, *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -875,15 +849,33 @@ def test_sigterm_at_one_torchrun_process_stops_both_with_one_checkpoint_and_resu
     stdout, stderr = launcher.communicate(timeout=300)
     assert stdout.count("continue with --resume") == 1, stdout + stderr
     assert "exitcode  : 143" in stderr  # the workers stopped on the signal (128 + 15), none was killed
-    checkpoint_path = glob.glob(os.path.join(tmp_path, "*", "checkpoint.pt"))[0]
+    run_dir = only_run_dir(tmp_path)  # process 0 alone writes
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     assert 1 <= checkpoint["iteration"] < 10 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
-    assert not glob.glob(os.path.join(tmp_path, "*", "done.json"))
+    assert not os.path.exists(os.path.join(run_dir, "done.json"))
     result = run_torchrun(SCRIPT, 2, "--resume", checkpoint_path, "--no-cuda")
     assert result.returncode == 0 and result.stdout.count("resumed at iteration") == 1, result.stdout + result.stderr
-    run_dir = os.path.dirname(checkpoint_path)
-    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 640
-    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 11)]
+    assert "weights identical on 2 of 2 processes" in result.stdout
+    done = json.load(open(os.path.join(run_dir, "done.json")))
+    assert done == {"global_step": 640, "iterations": 10}  # one process's count: 5 x 64 steps in each phase
+    scalars = read_scalars(run_dir)
+    assert PPO_TAGS <= set(scalars), PPO_TAGS - set(scalars)
+    assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 11)]
+    # 4 envs, 40-step time limit, 80 steps each in the first phase: a game per env, from both processes
+    assert len(scalars["charts/episodic_length"]) >= 4
+    flags = json.load(open(os.path.join(run_dir, "args.json")))
+    assert flags["num_envs"] == 4 and flags["processes"] == 2  # the global N_envs, and torchrun's process count
+    assert [value for _, value in scalars["charts/num_envs"]] == [4] * 5 + [8] * 5
+    assert len({value for _, value in scalars["charts/clip_coef"]}) > 1
+    # The metrics measure both processes' sample: the DDR that adapts the clip (from the KL averaged over processes) is
+    # the logged KL's, which was process 0's own alone before
+    kl_behavior, ddr = dict(scalars["metrics/kl_behavior"]), dict(scalars["metrics/ddr"])
+    assert sorted(kl_behavior) == [128, 256, 384, 512, 640]
+    assert all(ddr[step] == pytest.approx(64 / kl, rel=1e-5) for step, kl in kl_behavior.items())
+    # --metrics-batch 25 over 2 processes: 13 and 12 states, not 12 twice; each metrics iteration once across the resume
+    iterations = np.load(os.path.join(run_dir, "embeddings.npz"))["iteration"]
+    assert np.unique(iterations, return_counts=True)[1].tolist() == [25] * 5
 
 
 def parent_of(pid: str) -> int:

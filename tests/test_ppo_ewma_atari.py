@@ -373,36 +373,28 @@ def test_two_processes_with_different_reset_steps_get_exactly_the_single_process
             assert result["stats"][name].item() == pytest.approx(value.item(), abs=1e-6), name
 
 
-def test_torchrun_two_processes_count_steps_like_one_and_keep_identical_weights(tmp_path):
-    result = run_torchrun(SCRIPT, 2, *TORCHRUN_FLAGS, "--runs-dir", str(tmp_path / "two"), "--save-model")
-    assert result.returncode == 0, result.stderr
-    assert "weights identical on 2 of 2 processes" in result.stdout  # the agent's and the proximal network's
-    run_dir = only_run_dir(tmp_path / "two")  # process 0 alone writes
-    done = json.load(open(os.path.join(run_dir, "done.json")))
-    assert done == {"global_step": 512, "iterations": 8}  # one process's count of these flags
-    scalars = read_scalars(run_dir)
-    expected = PPO_TAGS | {"metrics/kl_prox"}
-    assert expected <= set(scalars), expected - set(scalars)
-    assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 9)]
-    # 4 envs, 40-step time limit, 128 steps each: at least 3 games per env, from both processes
-    assert len(scalars["charts/episodic_length"]) >= 12
-    assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
-
-
-def test_torchrun_sigterm_checkpoints_once_and_resume_reaches_the_total(tmp_path):
-    flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path)]
+def test_torchrun_sigterm_checkpoints_once_and_resume_counts_steps_like_one_process_with_identical_weights(tmp_path):
+    flags = [*TORCHRUN_FLAGS, "--runs-dir", str(tmp_path), "--save-model"]
     flags[flags.index("--total-timesteps") + 1] = "640"  # 10 iterations
     stdout = interrupt_with_sigterm(SCRIPT, flags, nproc=2)
     assert stdout.count("continue with --resume") == 1  # process 0 alone saves and says so
-    run_dir = only_run_dir(tmp_path)
+    run_dir = only_run_dir(tmp_path)  # process 0 alone writes
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert 1 <= checkpoint["iteration"] < 10 and checkpoint["global_step"] == 64 * checkpoint["iteration"]
     assert set(checkpoint["proximal"]) == set(checkpoint["model"]) and checkpoint["ewma_weight_sum"] > 1.0
     result = run_torchrun(SCRIPT, 2, "--resume", os.path.join(run_dir, "checkpoint.pt"), "--no-cuda")
     assert result.returncode == 0, result.stderr
-    assert "weights identical on 2 of 2 processes" in result.stdout
-    assert json.load(open(os.path.join(run_dir, "done.json")))["global_step"] == 640
-    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [64 * i for i in range(1, 11)]
+    assert "weights identical on 2 of 2 processes" in result.stdout  # the agent's and the proximal network's
+    done = json.load(open(os.path.join(run_dir, "done.json")))
+    assert done == {"global_step": 640, "iterations": 10}  # one process's count of these flags
+    scalars = read_scalars(run_dir)
+    expected = PPO_TAGS | {"metrics/kl_prox"}
+    assert expected <= set(scalars), expected - set(scalars)
+    assert [step for step, _ in scalars["charts/SPS"]] == [64 * i for i in range(1, 11)]
+    # 4 envs, 40-step time limit, 160 steps each: at least 3 games per env, from both processes
+    assert len(scalars["charts/episodic_length"]) >= 12
+    assert json.load(open(os.path.join(run_dir, "args.json")))["num_envs"] == 4  # the global N_envs
+    assert os.path.exists(os.path.join(run_dir, "ppo_ewma_atari.cleanrl_model"))  # --save-model kept on --resume
 
 
 def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
