@@ -408,6 +408,30 @@ def interrupt_with_sigterm(script, flags, wait_for=None, nproc=0):
     return stdout
 
 
+@pytest.fixture(scope="session")
+def kinetix_step():
+    """A KinetixTasks of test_ppo_kinetix.py's TINY (16 envs of Kinetix's 10 hand-designed S levels), its batched step
+    compiled into JAX's persistent cache (ppo_kinetix.py's) by one test process at a time: an exclusive lock beside
+    the cache. On a cold cache the first process compiles it (about 25 s on 2 cores) while the other waits, then loads
+    it, where both compiled it at once before; the scripts' runs started later (under torchrun too) load it as well.
+    Each test process keeps this one, already traced: a test that steps it starts it first."""
+    import fcntl
+
+    pytest.importorskip("kinetix", reason="needs Kinetix (make setup: requirements-nodeps.txt)")
+    import ppo_kinetix
+
+    args = ppo_kinetix.Args(task_set="handmade", env_size="s", num_envs=16)
+    os.makedirs(args.jax_cache_dir, exist_ok=True)
+    ppo_kinetix.jax.config.update("jax_compilation_cache_dir", args.jax_cache_dir)
+    with open(os.path.join(args.jax_cache_dir, "tests.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        tasks = ppo_kinetix.task_set(args, "", handmade=True)
+        envs = ppo_kinetix.KinetixTasks(args, tasks, args.num_envs, torch.device("cpu"), seed=0)
+        envs.start()
+        envs.step(torch.zeros(args.num_envs, len(ppo_kinetix.ACTION_SIZES), dtype=torch.long))
+    return envs
+
+
 def fake_wandb(runs_dir):
     """--track against tests/fake_wandb (the real W&B's offline start and finish add about 9 s to a tiny run): the flag,
     and the environment of a run whose W&B calls go to runs_dir/wandb_calls.jsonl, which check_run_artifacts reads."""

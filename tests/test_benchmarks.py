@@ -241,11 +241,11 @@ def test_sps_benchmark_leaves_the_last_iterations_of_a_run_untimed_if_asked(tmp_
     assert sps.logged_sps(event_file, steady=True) == pytest.approx(50.0)  # 500 steps in 10 s
 
 
-def test_sps_benchmark_times_kinetix_alone_for_real(monkeypatch):
-    """kinetix_sps for real, in this process, at 16 envs of the S levels (a compiled step that test_ppo_kinetix.py
-    leaves in JAX's cache): a positive rate, torch's threads given back. PPO's half of the table is a ppo_kinetix.py
-    run timed as every script's (tests above); the next test checks the table with both measurements faked."""
-    pytest.importorskip("kinetix", reason="needs Kinetix (make setup: requirements-nodeps.txt)")
+def test_sps_benchmark_times_kinetix_alone_for_real(monkeypatch, kinetix_step):
+    """kinetix_sps for real, in this process, at 16 envs of the S levels (the compiled step that the kinetix_step
+    fixture leaves in JAX's cache): a positive rate, torch's threads given back. PPO's half of the table is a
+    ppo_kinetix.py run timed as every script's (tests above); the next test checks the table with both measurements
+    faked."""
     monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
     sps = importlib.import_module("sps")
     threads = torch.get_num_threads()

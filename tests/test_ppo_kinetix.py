@@ -46,14 +46,6 @@ KINETIX_TAGS = PPO_TAGS | {
 }
 
 
-def s_tasks(max_timesteps=256):
-    """The 10 hand-designed S levels, with another time limit if asked."""
-    args = ppo_kinetix.Args(task_set="handmade", env_size="s")
-    tasks = ppo_kinetix.task_set(args, "", handmade=True)
-    tasks.env_params = tasks.env_params.replace(max_timesteps=max_timesteps)
-    return args, tasks
-
-
 # ---- The policy and the maths on hand-made tensors ----
 def test_multi_discrete_head_matches_one_categorical_per_head():
     agent = ppo_kinetix.Agent(140, separate_networks=True)
@@ -142,9 +134,8 @@ def test_dlpack_shares_memory_both_ways():
     assert as_jax.unsafe_buffer_pointer() == actions.data_ptr()
 
 
-def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch):
-    args, tasks = s_tasks()
-    envs = ppo_kinetix.KinetixTasks(args, tasks, 16, torch.device("cpu"), seed=0)  # TINY's: compiled once for all
+def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch, kinetix_step):
+    envs = kinetix_step  # TINY's, its first step taken: compiled once for all
     received = []  # the JAX arrays that the step's tensors come from
     original = torch.from_dlpack
     monkeypatch.setattr(torch, "from_dlpack", lambda array: received.append(array) or original(array))
@@ -162,28 +153,27 @@ def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch):
     assert envs.first_states._cache_size() == 1
 
 
-def test_a_time_out_is_a_truncation_with_its_last_observation_and_a_new_level(monkeypatch):
-    """Kinetix's time limit set to 3 steps, no-op actions on the S levels: at the third step every episode that did
-    not end otherwise is truncated, not terminated; the observation to act on is a new level's first, the last
-    observation the ended episode's own (its successor of the second step's)."""
-    args, tasks = s_tasks(max_timesteps=3)
-    envs = ppo_kinetix.KinetixTasks(args, tasks, 16, torch.device("cpu"), seed=0)
+def test_a_time_out_is_a_truncation_with_its_last_observation_and_a_new_level(kinetix_step):
+    """Kinetix's time limit (256 steps), no-op actions on the S levels: at the limit every episode that did not end
+    otherwise is truncated, not terminated; the observation to act on is a new level's first, the last observation the
+    ended episode's own (its successor of the step before)."""
+    envs, noop = kinetix_step, torch.zeros(16, 6, dtype=torch.long)
+    assert envs.max_timesteps == 256
     envs.start(envs.levels, torch.arange(16) % 10)
-    outcomes, observations = [], []
-    for _ in range(3):
-        obs, last_obs, outcome = envs.step(torch.zeros(16, 6, dtype=torch.long))
-        outcomes.append(outcome.clone()), observations.append((obs.clone(), last_obs.clone()))
-    ended_early = torch.stack(outcomes[:2])[:, :, 1:3].sum((0, 2)) > 0
-    reward, terminated, truncated, solved = outcomes[2][~ended_early].unbind(1)
+    ended_early = torch.zeros(16, dtype=torch.bool)
+    for _ in range(envs.max_timesteps - 1):
+        obs, last_obs, outcome = envs.step(noop)
+        ended_early |= outcome[:, 1:3].sum(1) > 0
+    assert not ended_early.all()
+    # before the time-out, where nothing ended, both are the same state
+    torch.testing.assert_close(obs[~ended_early], last_obs[~ended_early])
+    obs, last_obs, outcome = (x.clone() for x in envs.step(noop))
+    reward, terminated, truncated, solved = outcome[~ended_early].unbind(1)
     assert truncated.bool().all() and not terminated.any() and not solved.any()
-    obs, last_obs = observations[2]
-    first_observations = envs.first_states(envs.levels, jnp.arange(16) % 10)[1]
-    starts = torch.from_dlpack(first_observations)  # every level's first observation
+    starts = envs.start(envs.levels, torch.arange(16) % 10).clone()  # every level's first observation
     for env in torch.nonzero(~ended_early).squeeze(1).tolist():
         assert any(torch.equal(obs[env], start) for start in starts)  # a new episode, of a level of the set
         assert not torch.equal(last_obs[env], obs[env])  # its own last state, not the next episode's
-    obs, last_obs = observations[1]  # before the time-out, where nothing ended, both are the same state
-    torch.testing.assert_close(obs[~ended_early], last_obs[~ended_early])
 
 
 class ScriptedTasks:
@@ -249,6 +239,7 @@ def test_hand_designed_levels_are_parsed_once_then_read_back_identical(tmp_path,
 
 
 # ---- Whole runs ----
+@pytest.mark.usefixtures("kinetix_step")  # its step compiled once, not here as well
 def test_tiny_ppo_ewma_run_stopped_by_sigterm_resumes_with_every_tag_on_the_same_tasks(tmp_path, monkeypatch, capsys):
     """PPO-EWMA in-process (plain PPO runs in the tests below): SIGTERM after iteration 1 saves and exits, --resume
     reads the task set back (the same file, not drawn again) and finishes; every tag, kl_prox too, and the proximal
@@ -284,13 +275,14 @@ def test_tiny_ppo_ewma_run_stopped_by_sigterm_resumes_with_every_tag_on_the_same
     assert not all(torch.equal(proximal[name], model[name]) for name in model)  # behind the weights, not equal
 
 
-def test_torchrun_two_processes_keep_identical_weights(tmp_path):
-    flags = [*TINY, "--total-timesteps", "1024", "--no-eval-handmade", "--runs-dir", str(tmp_path)]
+def test_torchrun_two_processes_keep_identical_weights(tmp_path, kinetix_step):
+    """32 envs over 2 processes: each steps TINY's 16, with the step that kinetix_step left in JAX's cache."""
+    flags = [*TINY, "--num-envs", "32", "--total-timesteps", "2048", "--no-eval-handmade", "--runs-dir", str(tmp_path)]
     result = run_torchrun(SCRIPT, 2, *flags)
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
     run_dir = only_run_dir(tmp_path)
-    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 1024, "iterations": 2}
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 2048, "iterations": 2}
     assert len(read_scalars(run_dir)["charts/solve_rate"]) == 1  # at the end: each process played its share
 
 
@@ -344,6 +336,7 @@ def test_jax_without_the_gpu_that_torch_uses_exits_2(tmp_path, monkeypatch, caps
     assert not os.path.exists(tmp_path / "runs")
 
 
+@pytest.mark.usefixtures("kinetix_step")  # its step compiled once, not here as well
 def test_a_run_killed_while_it_evaluates_resumes_only_to_finish_on_its_own_tasks(tmp_path, monkeypatch, capsys):
     """The final checkpoint is written before the hand-designed levels' evaluation: a run that dies there (e.g.
     Slurm's SIGKILL after its SIGTERM) resumes, trains nothing more and finishes; without its tasks.npz, a resume is
