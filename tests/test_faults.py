@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -62,7 +63,28 @@ def fake_run(sweep_dir, seed: int, episode_steps: list[int] | None, cut_events: 
     return os.path.basename(run_dir)
 
 
-def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(tmp_path):
+def run_aggregate(monkeypatch, capsys, *argv) -> tuple[int, str]:
+    """sweeps/aggregate.py's main() in-process (matplotlib, rliable and torch imported once, not per command): its exit
+    status and stderr. A warning that a process would print (Python's default filters) fails the test."""
+    from sweeps import aggregate
+
+    monkeypatch.setattr(aggregate, "DATA_NOTES", [])
+    monkeypatch.setattr(sys, "argv", [AGGREGATE, *map(str, argv)])
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for hidden in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.filterwarnings("ignore", category=hidden)
+        try:
+            aggregate.main()
+            status = 0
+        except SystemExit as stop:
+            status = stop.code or 0
+    assert not caught, [f"{w.category.__name__}: {w.message}" for w in caught]
+    return status, capsys.readouterr().err
+
+
+def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(tmp_path, monkeypatch, capsys):
     sweep = tmp_path / "sweep"
     every_50 = list(range(50, 1001, 50))
     good = fake_run(sweep, 1, every_50)
@@ -71,11 +93,11 @@ def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(
     early_only = fake_run(sweep, 4, [100, 200, 300])
     broken = fake_run(sweep, 5, every_50)
     (sweep / broken / "args.json").write_text('{"env_id": ')  # one unreadable args.json: that run out, not the report
-    command = [sys.executable, AGGREGATE, "report", str(sweep), "--reps", "10", "--points", "2"]
+    command = ["report", sweep, "--reps", "10", "--points", "2"]
 
-    result = subprocess.run(command, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    status, stderr = run_aggregate(monkeypatch, capsys, *command)  # no library's warning either (numpy's mean of no run)
+    assert status == 0, stderr
+    notes = [line for line in stderr.splitlines() if line.startswith("warning: ")]
     expected = [
         f"{damaged}: events.out.tfevents",
         f"{without_events}: no TensorBoard event file",
@@ -85,21 +107,16 @@ def test_aggregate_reports_every_datum_it_drops_or_substitutes_and_strict_fails(
         f"{broken}: args.json unreadable (JSONDecodeError: ",
     ]
     for fragment in expected:
-        assert sum(fragment in line for line in warnings) == 1, (fragment, warnings)
-    assert len(warnings) == 6 and not any(good in line for line in warnings)
-    assert "Warning" not in result.stderr  # only the notes: no library's warning (e.g. numpy's mean of no run)
+        assert sum(fragment in line for line in notes) == 1, (fragment, notes)
+    assert len(notes) == 6 and not any(good in line for line in notes) and stderr.count("\n") == 6  # only the notes
     report = (sweep / "report" / "report.md").read_text()
-    notes = report.split("## Data left out or substituted")[1].strip().splitlines()
-    assert notes == [f"- {line.removeprefix('warning: ')}" for line in warnings]
+    listed = report.split("## Data left out or substituted")[1].strip().splitlines()
+    assert listed == [f"- {line.removeprefix('warning: ')}" for line in notes]
 
-    strict = subprocess.run([*command, "--strict"], capture_output=True, text=True)
-    assert strict.returncode == 1 and strict.stderr.strip().splitlines()[-1].startswith("error: --strict: 6 datum(s)")
-    clean = subprocess.run(
-        [sys.executable, AGGREGATE, "curves", str(sweep / good), "--out", str(tmp_path / "c.png"), "--strict"],
-        capture_output=True,
-        text=True,
-    )
-    assert clean.returncode == 0 and "warning" not in clean.stderr, clean.stderr
+    status, stderr = run_aggregate(monkeypatch, capsys, *command, "--strict")
+    assert status == 1 and stderr.strip().splitlines()[-1].startswith("error: --strict: 6 datum(s)")
+    status, stderr = run_aggregate(monkeypatch, capsys, "curves", sweep / good, "--out", tmp_path / "c.png", "--strict")
+    assert status == 0 and "warning" not in stderr, stderr
 
 
 def flip_bit_of_return(run_dir, step: int, old: bytes, new: bytes) -> tuple[str, int]:
@@ -123,7 +140,7 @@ def flip_bit_of_return(run_dir, step: int, old: bytes, new: bytes) -> tuple[str,
     raise AssertionError(f"no record at step {step}")
 
 
-def test_aggregate_drops_a_record_with_a_flipped_bit_names_its_file_and_strict_fails(tmp_path):
+def test_aggregate_drops_a_record_with_a_flipped_bit_names_its_file_and_strict_fails(tmp_path, monkeypatch, capsys):
     """One flipped bit turned an episodic return of 0.0 into 2.0, read without a word: the record's CRC says it is
     damaged. It is dropped (the other points stay), a data note names the run and the file, --strict exits 1."""
     from sweeps import aggregate
@@ -144,12 +161,12 @@ def test_aggregate_drops_a_record_with_a_flipped_bit_names_its_file_and_strict_f
     assert aggregate.DATA_NOTES == [note]
     aggregate.DATA_NOTES.clear()
 
-    command = [sys.executable, AGGREGATE, "report", str(sweep), "--reps", "10", "--points", "2"]
-    result = subprocess.run(command, capture_output=True, text=True)
-    assert result.returncode == 0 and result.stderr.splitlines() == [f"warning: {note}"], result.stderr
+    command = ["report", sweep, "--reps", "10", "--points", "2"]
+    status, stderr = run_aggregate(monkeypatch, capsys, *command)
+    assert status == 0 and stderr.splitlines() == [f"warning: {note}"], stderr
     assert f"- {note}" in (sweep / "report" / "report.md").read_text()
-    strict = subprocess.run([*command, "--strict"], capture_output=True, text=True)
-    assert strict.returncode == 1 and strict.stderr.strip().splitlines()[-1].startswith("error: --strict: 1 datum(s)")
+    status, stderr = run_aggregate(monkeypatch, capsys, *command, "--strict")
+    assert status == 1 and stderr.strip().splitlines()[-1].startswith("error: --strict: 1 datum(s)")
 
 
 def test_aggregate_stops_reading_an_event_file_at_a_damaged_length(tmp_path):

@@ -25,7 +25,6 @@ from conftest import (
     check_life_lost_on_the_time_limit,
     check_run_artifacts,
     check_same_losses,
-    interrupt_with_sigterm,
     one_reward_per_step,
     only_run_dir,
     read_scalars,
@@ -33,6 +32,7 @@ from conftest import (
     run_script,
     run_torchrun,
     run_twice,
+    stop_after_first_checkpoint,
     torchrun,
     tyro_error,
     usage_error,
@@ -422,37 +422,40 @@ def test_the_checkpoint_of_a_phase_end_resumes_the_next_phase_as_the_run_went_on
         assert [point for point in uninterrupted[tag] if point[0] > 128] == again[tag], tag
 
 
-def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_with_a_ddr_target(tmp_path, tiny_ppo_flags):
-    """Two phases with different batches (2 x 16, then 4 x 16 from a quarter of 1280 steps) and a DDR target far under
-    the tiny run's DDR: interrupted and resumed, every iteration logs its phase's sizes once, the clip epsilon only
-    grows (the checkpoint carries the adapted value) and the run ends exactly at the planned 1280 steps."""
+def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_with_a_ddr_target(
+    monkeypatch, capsys, tmp_path, tiny_ppo_flags
+):
+    """Two phases with different batches (2 x 16, then 4 x 16 from a quarter of 768 steps) and a DDR target far under
+    the tiny run's DDR: stopped by SIGTERM after its first iteration (in-process; a real signal to a real process is the
+    torchrun test's) and resumed, every iteration logs its phase's sizes once, the clip epsilon only grows (the
+    checkpoint carries the adapted value) and the run ends exactly at the planned 768 steps."""
     flags = [*with_schedule(tiny_ppo_flags, "0:2x16,0.25:4x16"), "--runs-dir", str(tmp_path), "--target-ddr", "1000"]
-    flags[flags.index("--total-timesteps") + 1] = "1280"  # 10 batches of 32, then 15 of 64: long enough to interrupt
-    steps = [32 * i for i in range(1, 11)] + [320 + 64 * i for i in range(1, 16)]
-    interrupt_with_sigterm(SCRIPT, flags)
+    flags[flags.index("--total-timesteps") + 1] = "768"  # 6 batches of 32, then 9 of 64
+    steps = [32 * i for i in range(1, 7)] + [192 + 64 * i for i in range(1, 10)]
+    stop_after_first_checkpoint(monkeypatch, ppo_atari_envpool, flags)
     run_dir = only_run_dir(tmp_path)
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
-    interrupted_at = checkpoint["iteration"]
-    assert 1 <= interrupted_at < 25 and checkpoint["global_step"] == steps[interrupted_at - 1]
+    assert (checkpoint["iteration"], checkpoint["global_step"]) == (1, 32)
+    assert not os.path.exists(os.path.join(run_dir, "done.json"))
 
     # Flags of what to learn come from the checkpoint: one given again unchanged passes quietly, another is named
     again, other = ["--schedule", "0:2x16,0.25:4x16"], ["--total-timesteps", "999"]
-    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda", *again, *other)
-    assert result.returncode == 0, result.stderr
-    assert "notice: --resume continues the run with its own flags; not used: --total-timesteps\n" in result.stdout
+    capsys.readouterr()
+    run_main(monkeypatch, ppo_atari_envpool, ["--resume", checkpoint_path, "--checkpoint-interval", "1000", *again, *other])
+    assert "notice: --resume continues the run with its own flags; not used: --total-timesteps\n" in capsys.readouterr().out
     assert only_run_dir(tmp_path) == run_dir  # same run directory
     final = torch.load(checkpoint_path, weights_only=True)
-    assert final["iteration"] == 25 and final["global_step"] == 1280
-    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 1280, "iterations": 25}  # finished now
+    assert final["iteration"] == 15 and final["global_step"] == 768
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 768, "iterations": 15}  # finished now
     scalars = read_scalars(run_dir)
     for tag in ("charts/SPS", "charts/num_envs", "metrics/ddr", "charts/target_ddr"):  # every iteration once, to the total
         assert [step for step, _ in scalars[tag]] == steps, tag
-    assert [value for _, value in scalars["charts/target_ddr"]] == [1000] * 25  # no --target-ddr-final: constant
-    # the metrics every 2 iterations and on the last, the 25th
-    assert [step for step, _ in scalars["metrics/feature_rank"]] == [steps[i - 1] for i in (*range(2, 25, 2), 25)]
-    assert [value for _, value in scalars["charts/num_envs"]] == [2] * 10 + [4] * 15
-    assert [value for _, value in scalars["charts/batch_size"]] == [32] * 10 + [64] * 15
+    assert [value for _, value in scalars["charts/target_ddr"]] == [1000] * 15  # no --target-ddr-final: constant
+    # the metrics every 2 iterations and on the last, the 15th
+    assert [step for step, _ in scalars["metrics/feature_rank"]] == [steps[i - 1] for i in (*range(2, 15, 2), 15)]
+    assert [value for _, value in scalars["charts/num_envs"]] == [2] * 6 + [4] * 9
+    assert [value for _, value in scalars["charts/batch_size"]] == [32] * 6 + [64] * 9
     clip_coefs = [value for _, value in scalars["charts/clip_coef"]]
     assert clip_coefs[0] == pytest.approx(0.1) and clip_coefs == sorted(clip_coefs) and clip_coefs[-1] > 0.1
     # Each iteration's epsilon is the last one's, adapted to its DDR: a resume that restarted from 0.1 would break this
@@ -460,14 +463,13 @@ def test_sigterm_checkpoints_and_resume_reaches_the_same_total_across_phases_wit
     adapt = ppo_atari_envpool.adapted_step_size
     adapted = [adapt(clip_coef, ddr, 1000, 0.1, (0.01, 0.5)) for clip_coef, ddr in zip(clip_coefs, ddrs, strict=True)]
     assert clip_coefs[1:] == pytest.approx(adapted[:-1], rel=1e-5)
-    # Adam went on from the saved moments and step count: 25 iterations x 2 epochs x 2 minibatches
-    assert {int(state["step"]) for state in final["optimizer"]["state"].values()} == {100}
+    # Adam went on from the saved moments and step count: 15 iterations x 2 epochs x 2 minibatches
+    assert {int(state["step"]) for state in final["optimizer"]["state"].values()} == {60}
     # Finished (done.json): refused before the run directory is touched (no new event file). Without done.json, the
     # same resume would complete the run's finishing steps (tests/test_sweeps.py's re-run)
     event_files = os.listdir(run_dir)
-    again = run_script(SCRIPT, "--resume", checkpoint_path, "--no-cuda")
-    finished = f"error: --resume {checkpoint_path!r}: that run is finished ({os.path.join(run_dir, 'done.json')})\n"
-    assert again.returncode == 2 and again.stderr == finished
+    line = usage_error(ppo_atari_envpool.main, monkeypatch, capsys, [SCRIPT, "--resume", checkpoint_path, "--no-cuda"])
+    assert line == f"error: --resume {checkpoint_path!r}: that run is finished ({os.path.join(run_dir, 'done.json')})"
     assert os.listdir(run_dir) == event_files
 
 

@@ -30,6 +30,7 @@ from conftest import (
     run_main,
     run_script,
     run_torchrun,
+    stop_after_first_checkpoint,
     tyro_error,
     usage_error,
 )
@@ -366,22 +367,24 @@ def assert_planted_statistics_continued(checkpoint: dict, num_envs: int, resumed
         assert abs(stats["mean"].mean().item() - PLANTED["mean"]) < 1.0
 
 
-def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
-    interrupt_with_sigterm(SCRIPT, [*TINY, "--runs-dir", str(tmp_path)])  # 10 iterations
+def test_sigterm_checkpoints_and_resume_reaches_the_same_total(monkeypatch, tmp_path):
+    """In-process, SIGTERM after the first iteration (a real signal to real processes: the torchrun test)."""
+    flags = [*TINY, "--runs-dir", str(tmp_path)]
+    flags[flags.index("--total-timesteps") + 1] = "256"  # 4 iterations
+    stop_after_first_checkpoint(monkeypatch, ppo_isaacgym, flags)
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
-    assert 1 <= interrupted["iteration"] < 10 and interrupted["global_step"] == 64 * interrupted["iteration"]
+    assert (interrupted["iteration"], interrupted["global_step"]) == (1, 64)
     plant_statistics(checkpoint_path, "obs_rms", "return_rms")
 
-    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
-    assert result.returncode == 0, result.stderr
+    run_main(monkeypatch, ppo_isaacgym, ["--resume", checkpoint_path, "--checkpoint-interval", "1000"])
     final = torch.load(checkpoint_path, weights_only=True)
     assert_optimizer_went_on(final)
-    assert final["iteration"] == 10 and final["global_step"] == 640
+    assert final["iteration"] == 4 and final["global_step"] == 256
     # the normalisers continued from the checkpoint's, not restarted: TINY's 4 envs x 16 steps per resumed iteration
-    assert_planted_statistics_continued(final, 4, 16 * (10 - interrupted["iteration"]))
+    assert_planted_statistics_continued(final, 4, 16 * 3)
     steps = [step for step, _ in read_scalars(only_run_dir(tmp_path))["charts/SPS"]]
-    assert steps == [64 * i for i in range(1, 11)]
+    assert steps == [64, 128, 192, 256]
 
 
 BAD_FLAGS = [
@@ -773,18 +776,15 @@ def test_torchrun_sigterm_checkpoints_once_and_resume_counts_steps_like_one_proc
         assert torch.equal(saved["obs_rms"][key], value), key
 
 
-def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
-    flags = ["--backend", "envpool", "--num-envs", "3", "--num-steps", "16", "--runs-dir", str(tmp_path)]
-    result = run_torchrun(SCRIPT, 2, *flags)
-    assert result.returncode != 0
-    # each process that gets that far (torchrun stops the other once one fails) says it in one line, exit 2
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert 1 <= len(errors) <= 2 and set(errors) == {
-        "error: --num-envs 3 and the minibatch size 24 must split evenly over 2 processes"
-    }
-    assert "exitcode  : 2" in result.stderr
-    assert 'ppo_isaacgym.py", line' not in result.stderr  # no traceback from the script
-    assert not os.listdir(tmp_path)
+def test_flags_that_do_not_split_over_the_torchrun_processes_exit_2_with_one_line(monkeypatch, capsys):
+    """The check itself, as 2 torchrun processes would run it (ppo_atari_envpool.py's test runs torchrun: one line per
+    process, torchrun's exit 2, no traceback, nothing created)."""
+    monkeypatch.setattr(ppo_isaacgym, "WORLD_SIZE", 2)
+    with pytest.raises(SystemExit) as stop:
+        ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(backend="envpool", num_envs=3, num_steps=16, cuda=False))
+    assert stop.value.code == 2
+    expected = "error: --num-envs 3 and the minibatch size 24 must split evenly over 2 processes\n"
+    assert capsys.readouterr().err == expected
 
 
 def test_isaac_gym_time_outs_are_truncations_not_terminations():

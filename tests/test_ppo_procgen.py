@@ -26,6 +26,7 @@ from conftest import (
     run_main,
     run_script,
     run_torchrun,
+    stop_after_first_checkpoint,
     tyro_error,
     usage_error,
 )
@@ -315,24 +316,24 @@ def assert_planted_statistics_continued(stats: dict, resumed_steps: int) -> None
     assert abs(stats["mean"].item() - PLANTED["mean"]) < 1.0
 
 
-def test_sigterm_checkpoints_and_resume_reaches_the_same_total(tmp_path):
+def test_sigterm_checkpoints_and_resume_reaches_the_same_total(monkeypatch, tmp_path):
+    """In-process, SIGTERM after the first iteration (a real signal to real processes: the torchrun test)."""
     flags = [*TINY, "--runs-dir", str(tmp_path)]
-    flags[flags.index("--total-timesteps") + 1] = "768"  # 6 iterations
-    interrupt_with_sigterm(SCRIPT, flags)
+    flags[flags.index("--total-timesteps") + 1] = "384"  # 3 iterations
+    stop_after_first_checkpoint(monkeypatch, ppo_procgen, flags)
     checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
     interrupted = torch.load(checkpoint_path, weights_only=True)
-    assert 1 <= interrupted["iteration"] < 6 and interrupted["global_step"] == 128 * interrupted["iteration"]
+    assert (interrupted["iteration"], interrupted["global_step"]) == (1, 128)
     plant_statistics(checkpoint_path, "return_rms")
 
-    result = run_script(SCRIPT, "--resume", checkpoint_path, "--checkpoint-interval", "1000", "--no-cuda")
-    assert result.returncode == 0, result.stderr
+    run_main(monkeypatch, ppo_procgen, ["--resume", checkpoint_path, "--checkpoint-interval", "1000"])
     final = torch.load(checkpoint_path, weights_only=True)
     assert_optimizer_went_on(final)
-    assert final["iteration"] == 6 and final["global_step"] == 768
+    assert final["iteration"] == 3 and final["global_step"] == 384
     # the statistics continued from the checkpoint's, not restarted: TINY's 4 envs x 32 steps per resumed iteration
-    assert_planted_statistics_continued(final["return_rms"], 4 * 32 * (6 - interrupted["iteration"]))
+    assert_planted_statistics_continued(final["return_rms"], 4 * 32 * 2)
     steps = [step for step, _ in read_scalars(only_run_dir(tmp_path))["charts/SPS"]]
-    assert steps == [128 * i for i in range(1, 7)]  # one run directory, no gap, no repeat
+    assert steps == [128, 256, 384]  # one run directory, no gap, no repeat
 
 
 BAD_FLAGS = [
@@ -541,17 +542,15 @@ def test_torchrun_sigterm_checkpoints_once_and_resume_counts_steps_like_one_proc
     assert_planted_statistics_continued(final["return_rms"], 4 * 32 * (6 - interrupted_at))
 
 
-def test_torchrun_flags_that_do_not_split_exit_2_with_one_line_per_process(tmp_path):
-    result = run_torchrun(SCRIPT, 2, "--num-envs", "3", "--num-steps", "16", "--runs-dir", str(tmp_path))
-    assert result.returncode != 0
-    # each process that gets that far (torchrun stops the other once one fails) says it in one line, exit 2
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert 1 <= len(errors) <= 2 and set(errors) == {
-        "error: --num-envs 3 and the minibatch size 6 must split evenly over 2 processes"
-    }
-    assert "exitcode  : 2" in result.stderr
-    assert 'ppo_procgen.py", line' not in result.stderr  # no traceback from the script
-    assert not os.listdir(tmp_path)
+def test_flags_that_do_not_split_over_the_torchrun_processes_exit_2_with_one_line(monkeypatch, capsys):
+    """The check itself, as 2 torchrun processes would run it (ppo_atari_envpool.py's test runs torchrun: one line per
+    process, torchrun's exit 2, no traceback, nothing created)."""
+    monkeypatch.setattr(ppo_procgen, "WORLD_SIZE", 2)
+    with pytest.raises(SystemExit) as stop:
+        ppo_procgen.validate_and_derive(ppo_procgen.Args(num_envs=3, num_steps=16, cuda=False))
+    assert stop.value.code == 2
+    expected = "error: --num-envs 3 and the minibatch size 6 must split evenly over 2 processes\n"
+    assert capsys.readouterr().err == expected
 
 
 def test_scale_rewards_clips_a_large_negative_reward():
