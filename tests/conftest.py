@@ -153,8 +153,8 @@ def check_same_losses(
     """Run the `script` module's main() with `flags` as is and with each variant's extra flags ({name: flags}): flags
     that change how the same maths runs (--compile, --no-channels-last) must log the default run's losses up to float
     rounding. compile_backend "aot_eager" traces and differentiates the same graphs as --compile without inductor's
-    code generation, which costs tens of seconds per script on a cold cache: the PPO test alone keeps inductor.
-    Returns {run name: {tag: [(step, value), ...]}}."""
+    code generation, which costs tens of seconds per script on a cold cache: every script's test uses it (inductor
+    runs in the CUDA tests on a GPU machine). Returns {run name: {tag: [(step, value), ...]}}."""
     import functools
 
     compile_function = (

@@ -267,8 +267,8 @@ def test_sigterm_and_resume_keep_the_proximal_policy_and_the_adapted_centre_of_m
 def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path, tiny_ppo_flags):
     """--compile (torch.compile of acting and of the update) changes how the same maths runs, not what is learned:
     on a fixed seed the losses agree up to float rounding (--no-channels-last: in the PPO and Procgen tests). Traced
-    and differentiated by aot_eager: inductor's code for this network (PPO's) is the PPO test's, and generating it
-    again on a cold cache cost about 35 s of the suite on 2 cores."""
+    and differentiated by aot_eager, as every script's (conftest.check_same_losses): inductor's code cost about 35 s
+    of the suite on 2 cores on a cold cache."""
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
     tags = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl")
     variants = {"compiled": ["--compile"]}

@@ -258,7 +258,7 @@ def test_seeded_runs_are_reproducible_and_a_schedule_changes_the_pool_at_each_ph
 def test_compiled_path_logs_the_losses_of_the_default_path(monkeypatch, tmp_path, tiny_ppo_flags):
     """--compile (torch.compile of acting and of the update) changes how the same maths runs, not what is learned:
     on a fixed seed the losses agree up to float rounding (--no-channels-last: in the PPO and Procgen tests). Traced
-    and differentiated by aot_eager, as every script's but PPO's: inductor's code generation cost about 15 s of the
+    and differentiated by aot_eager, as every script's (conftest.check_same_losses): inductor's code cost about 15 s of the
     suite here on a cold cache (with inductor, the TD losses of about 1e-3 differed by up to 4e-6 by the third
     iteration on some CPUs: 1e-5 absolute still tells a different update from rounding)."""
     flags = [*tiny_ppo_flags, "--total-timesteps", "96", "--torch-threads", "1"]  # 3 iterations
