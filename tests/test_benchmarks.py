@@ -3,6 +3,7 @@
 import importlib.util
 import os
 import re
+import sys
 
 import pytest
 import torch
@@ -38,22 +39,26 @@ def refusal(monkeypatch, capsys, script: str, flags: list[str]) -> str:
     return usage_error(importlib.import_module(script).main, monkeypatch, capsys, [f"{script}.py", *flags])
 
 
-def test_sps_benchmark_compares_eager_and_defaults_and_reports_a_failed_run():
-    """One real invocation (each setting a tiny training run): a candidate flag set the script rejects fails alone and
-    the benchmark goes on, then exits 1; the main table. The torchrun, thread-split and MuJoCo-backend tables have
-    their own test below, with the runs faked (torchrun's own runs are the scripts' tests)."""
-    result = run_script(
-        "benchmarks/sps.py",
-        *"--scripts ppo_atari_envpool.py --num-envs 2 --num-steps 16 --total-timesteps 64 --metrics-interval 2".split(),
-        *"--metrics-batch 16 --repeats 1 --raw-steps 20 --candidates no-such-flag".split(),
-        env={"OMP_NUM_THREADS": "1"},
-    )
-    assert result.returncode == 1, result.stderr
+def test_sps_benchmark_compares_eager_and_defaults_and_reports_a_failed_run(monkeypatch, capsys):
+    """One real measurement (main() in this process, each setting a tiny training run as a process of its own): a
+    candidate flag set the script rejects fails alone and the benchmark goes on, then exits 1; the main table. The
+    torchrun, thread-split and MuJoCo-backend tables have their own test below, with the runs faked (torchrun's own
+    runs are the scripts' tests); `--help` runs sps.py as a process."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    sps = importlib.import_module("sps")
+    monkeypatch.setattr(sps, "FAILED_RUNS", [])
+    flags = "--scripts ppo_atari_envpool.py --num-envs 2 --num-steps 16 --total-timesteps 64 --metrics-interval 2"
+    flags += " --metrics-batch 16 --repeats 1 --raw-steps 20 --candidates no-such-flag"
+    monkeypatch.setattr(sys, "argv", ["sps.py", *flags.split()])
+    with pytest.raises(SystemExit) as exited:
+        sps.main()
+    captured = capsys.readouterr()
+    assert exited.value.code == 1, captured.err
     assert any(
         line.startswith("failed: ppo_atari_envpool.py --no-such-flag") and "status 2" in line
-        for line in result.stderr.splitlines()
-    ), result.stderr
-    lines = result.stdout.splitlines()
+        for line in captured.err.splitlines()
+    ), captured.err
+    lines = captured.out.splitlines()
     assert any(line.startswith("EnvPool raw rate, Breakout-v5") for line in lines)
     main_table = lines[lines.index(next(line for line in lines if line.startswith("SPS with metrics every 2"))) + 1 :]
     assert main_table[0].split()[:8] == ["SPS", "eager", "SPS", "defaults", "SPS", "--no-such-flag", "defaults", "/"]

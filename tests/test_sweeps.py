@@ -470,8 +470,10 @@ def final_scores_from_events(run_dir):
     return float(np.mean(metrics.human_normalized_score(args["env_id"], np.array(values))))
 
 
-def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
+def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path, monkeypatch):
     from scipy.stats import trim_mean
+
+    from sweeps import aggregate
 
     runs = tmp_path / "runs"
     env = {
@@ -494,14 +496,11 @@ def test_tiny_sweep_end_to_end_then_rerun_skips_and_resumes(tmp_path):
     run_dirs = sorted(glob.glob(str(runs / "Breakout-v5__*")))
     assert len(run_dirs) == 4 and all(os.path.exists(os.path.join(d, "done.json")) for d in run_dirs)
 
-    baseline = ["--baseline", "ppo_envs4_steps16"]
-    report = subprocess.run(
-        [sys.executable, AGGREGATE, "report", str(runs), "--reps", "200", "--pdf", "--final-fraction", "0.5", *baseline],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert report.returncode == 0, report.stderr
+    baseline = ["--baseline", "ppo_envs4_steps16"]  # the report in-process: its command line is the other tests'
+    monkeypatch.setattr(aggregate, "DATA_NOTES", [])
+    report = ["report", str(runs), "--reps", "200", "--pdf", "--final-fraction", "0.5", *baseline]
+    monkeypatch.setattr(sys, "argv", [AGGREGATE, *report])
+    aggregate.main()
     out = runs / "report"
     figures = ("learning_curves", "iqm_curves", "aggregate_metrics", "performance_profiles", "metric_curves", "ddr_vs_score")
     for name in (*figures, "score_vs_num_envs", "probability_of_improvement"):
