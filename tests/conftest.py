@@ -357,6 +357,18 @@ def usage_error(main, monkeypatch, capsys, argv):
     return lines[0]
 
 
+def refused_over_two_processes(script, monkeypatch, capsys, args) -> str:
+    """The script's validate_and_derive(args) as each of 2 torchrun processes runs it (its WORLD_SIZE set to 2): it
+    must exit 2 with one line on stderr, which is returned. The real torchrun launch is ppo_atari_envpool.py's test."""
+    monkeypatch.setattr(script, "WORLD_SIZE", 2)
+    with pytest.raises(SystemExit) as stop:
+        script.validate_and_derive(args)
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
 def tyro_error(main, monkeypatch, capsys, argv):
     """A flag tyro itself rejects (unknown flag, wrong type or choice): exit 2 and tyro's own
     message on stderr, no traceback, nothing on stdout. Returns stderr."""

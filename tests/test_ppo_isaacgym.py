@@ -27,6 +27,7 @@ from conftest import (
     only_run_dir,
     plant_statistics,
     read_scalars,
+    refused_over_two_processes,
     run_main,
     run_script,
     run_torchrun,
@@ -777,14 +778,10 @@ def test_torchrun_sigterm_checkpoints_once_and_resume_counts_steps_like_one_proc
 
 
 def test_flags_that_do_not_split_over_the_torchrun_processes_exit_2_with_one_line(monkeypatch, capsys):
-    """The check itself, as 2 torchrun processes would run it (ppo_atari_envpool.py's test runs torchrun: one line per
-    process, torchrun's exit 2, no traceback, nothing created)."""
-    monkeypatch.setattr(ppo_isaacgym, "WORLD_SIZE", 2)
-    with pytest.raises(SystemExit) as stop:
-        ppo_isaacgym.validate_and_derive(ppo_isaacgym.Args(backend="envpool", num_envs=3, num_steps=16, cuda=False))
-    assert stop.value.code == 2
-    expected = "error: --num-envs 3 and the minibatch size 24 must split evenly over 2 processes\n"
-    assert capsys.readouterr().err == expected
+    line = refused_over_two_processes(
+        ppo_isaacgym, monkeypatch, capsys, ppo_isaacgym.Args(backend="envpool", num_envs=3, num_steps=16, cuda=False)
+    )
+    assert line == "error: --num-envs 3 and the minibatch size 24 must split evenly over 2 processes"
 
 
 def test_isaac_gym_time_outs_are_truncations_not_terminations():
