@@ -424,9 +424,10 @@ def interrupt_with_sigterm(script, flags, wait_for=None, nproc=0):
 def kinetix_step():
     """A KinetixTasks of test_ppo_kinetix.py's TINY (16 envs of Kinetix's 10 hand-designed S levels), its batched step
     compiled into JAX's persistent cache (ppo_kinetix.py's) by one test process at a time: an exclusive lock beside
-    the cache. On a cold cache the first process compiles it (~25 s alone, ~50 s in the suite, 2 cores) while the other waits, then loads
-    it, where both compiled it at once before; the scripts' runs started later (under torchrun too) load it as well.
-    Each test process keeps this one, already traced: a test that steps it starts it first."""
+    the cache. On a cold cache the first process compiles it (~25 s alone, ~50 s in the suite, 2 cores) while the
+    other waits, then loads it, where both compiled it at once before; the scripts' runs started later (under
+    torchrun too) load it as well. Each test process keeps this one, already traced: a test that steps it starts it
+    first."""
     import fcntl
 
     pytest.importorskip("kinetix", reason="needs Kinetix (make setup: requirements-nodeps.txt)")
