@@ -36,7 +36,8 @@ With --kinetix, a table for Kinetix's hand-designed levels of --kinetix-env-size
 training device (named with the table): the env steps per second of Kinetix alone (ppo_kinetix.py's KinetixTasks,
 stepped --kinetix-steps times with uniformly random MultiDiscrete actions after a step that compiles), of PPO end to
 end (ppo_kinetix.py for --kinetix-iterations iterations; its charts/SPS at the last iteration but one, as the last
-evaluates the solve rate) and their ratio; the two measurements of a size run one after the other.
+evaluates the solve rate) and their ratio, and on a GPU the most memory the PPO run used (the whole device's, polled);
+the two measurements of a size run one after the other.
 With --jobs J, a third table: J runs of each script at the same time, first each with
 torch's default threads (every core), then with cores / J threads each (OMP_NUM_THREADS, as
 sweeps/launch.sh sets for JOBS=J), and the per-run SPS of both; on the CPU only (on a GPU the scripts take 1 thread).
@@ -51,6 +52,7 @@ that succeeded); the other measurements still print, and the exit status is then
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import glob
 import importlib.util
@@ -60,6 +62,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -605,23 +608,52 @@ def kinetix_sps(size: str, num_envs: int, steps: int, device: str) -> float:
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def gpu_memory_peak(peaks: list[float]):
+    """Append to `peaks` the most GPU memory in use while the block runs above its level at the start, in bytes, as
+    cudaMemGetInfo counts it (the whole device: every process, JAX's memory and torch's), polled every 50 ms."""
+    import torch  # noqa: PLC0415
+
+    def used() -> int:
+        free, total = torch.cuda.mem_get_info()
+        return total - free
+
+    start, highest, done = used(), [0], threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.05):
+            highest[0] = max(highest[0], used())
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        peaks.append(max(highest[0], used()) - start)
+
+
 def compare_kinetix(args: Args) -> None:
-    """Kinetix alone and PPO end to end at each of --kinetix-envs on the training device, one after the other."""
+    """Kinetix alone and PPO end to end at each of --kinetix-envs on the training device, one after the other; on a
+    GPU, the PPO run's peak memory too (the run first: Kinetix alone leaves memory in JAX's pool in this process)."""
     device = "cuda" if args.cuda else "cpu"
     rows = []
     for envs in args.kinetix_envs or (args.num_envs,):
-        alone, ppo = [], []
+        alone, ppo, peaks = [], [], []
         run = replace(args, num_envs=envs, total_timesteps=args.kinetix_iterations * envs * args.num_steps)
         for _ in range(args.repeats):
+            with gpu_memory_peak(peaks) if args.cuda else contextlib.nullcontext():
+                ppo.append(training_sps(run, KINETIX, args.metrics_interval))
             try:
                 alone.append(kinetix_sps(args.kinetix_env_size, envs, args.kinetix_steps, device))
             except Exception as error:  # noqa: BLE001 - reported, not fatal: the other sizes still run
                 print(f"failed: Kinetix alone at {envs} envs: {type(error).__name__}: {error}", file=sys.stderr)
                 FAILED_RUNS.append(["Kinetix alone", envs])
                 alone.append(math.nan)
-            ppo.append(training_sps(run, KINETIX, args.metrics_interval))
         sps_alone, sps_ppo = over_succeeded(statistics.median, alone), over_succeeded(statistics.median, ppo)
-        rows.append((f"{envs} envs", cell(sps_alone), cell(sps_ppo), cell(sps_ppo / sps_alone, "{:.3f}")))
+        memory = [f"{max(peaks) / 2**30:.1f}"] if args.cuda else []
+        rows.append((f"{envs} envs", cell(sps_alone), cell(sps_ppo), cell(sps_ppo / sps_alone, "{:.3f}"), *memory))
     timed = range(2 if args.steady else 1, args.kinetix_iterations)  # the last iteration evaluates the solve rate
     measured = sum(args.metrics_interval > 0 and iteration % args.metrics_interval == 0 for iteration in timed)
     iterations = f"iterations {timed.start} to {timed.stop - 1}" if len(timed) > 1 else f"iteration {timed.start}"
@@ -630,7 +662,8 @@ def compare_kinetix(args: Args) -> None:
         f"Kinetix alone (random actions, {args.kinetix_steps} steps) and of PPO end to end (ppo_kinetix.py, "
         f"{args.num_steps} steps a rollout, {iterations} of {args.kinetix_iterations} timed, {measured} with metrics)"
     )
-    print_table(("", "env steps/s alone", "PPO SPS", "PPO / alone"), rows)
+    memory = ["PPO peak GPU memory (GiB)"] if args.cuda else []
+    print_table(("", "env steps/s alone", "PPO SPS", "PPO / alone", *memory), rows)
 
 
 def device_name(device: str) -> str:

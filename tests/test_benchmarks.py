@@ -4,6 +4,7 @@ import importlib.util
 import os
 import re
 import sys
+import threading
 
 import pytest
 import torch
@@ -258,8 +259,8 @@ def test_sps_benchmark_times_kinetix_alone_for_real(monkeypatch, kinetix_step):
     assert torch.get_num_threads() == threads
 
 
-def test_sps_benchmark_kinetix_table_measures_each_size_alone_then_ppo_and_reports_a_failure(monkeypatch, capsys):
-    """compare_kinetix with both measurements faked: each size of --kinetix-envs in turn, Kinetix alone then PPO (never
+def test_sps_benchmark_kinetix_table_measures_each_size_ppo_then_alone_and_reports_a_failure(monkeypatch, capsys):
+    """compare_kinetix with both measurements faked: each size of --kinetix-envs in turn, PPO then Kinetix alone (never
     at once), a ppo_kinetix.py run of --kinetix-iterations batches on the hand-designed levels; a size whose measurement
     raises reads `failed` and the others still print."""
     monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
@@ -285,7 +286,7 @@ def test_sps_benchmark_kinetix_table_measures_each_size_alone_then_ppo_and_repor
     args = sps.Args(kinetix=True, kinetix_envs=(256, 64, 2048), kinetix_env_size="m", kinetix_steps=7, num_steps=16)
     args.kinetix_iterations, args.metrics_interval, args.steady = 5, 3, True
     sps.compare_kinetix(args)
-    assert calls == [("alone", 256), ("ppo", 256), ("alone", 64), ("ppo", 64), ("alone", 2048), ("ppo", 2048)]
+    assert calls == [("ppo", 256), ("alone", 256), ("ppo", 64), ("alone", 64), ("ppo", 2048), ("alone", 2048)]
     captured = capsys.readouterr()
     assert captured.err == "failed: Kinetix alone at 64 envs: MemoryError: out of memory\n" and len(sps.FAILED_RUNS) == 1
     lines = captured.out.splitlines()
@@ -307,6 +308,38 @@ def test_sps_benchmark_kinetix_table_measures_each_size_alone_then_ppo_and_repor
         "--eval-interval",
         "0",
         "--no-eval-handmade",
+    ]
+
+
+def test_sps_benchmark_kinetix_table_on_a_gpu_gives_the_ppo_runs_peak_memory(monkeypatch, capsys):
+    """With --cuda, the GPU memory in use (faked cudaMemGetInfo: 80 GiB in all) is polled while each PPO run goes on:
+    the column is the highest level above the one at the run's start, a peak that the run gave back included."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    sps = importlib.import_module("sps")
+    used, total, polled = [2 * 2**30], 80 * 2**30, threading.Semaphore(0)
+
+    def mem_get_info():
+        polled.release()
+        return total - used[0], total
+
+    def ppo(run, script, metrics_interval):
+        used[0] += run.num_envs * 2**20  # 1 MiB an environment ...
+        for _ in range(4):  # ... until the poller has seen it (a call at the start, polls), then 1 GiB kept
+            assert polled.acquire(timeout=10)
+        used[0] = 3 * 2**30
+        return 100.0
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *device: "a faked GPU")
+    monkeypatch.setattr(sps, "kinetix_sps", lambda *_: 400.0)
+    monkeypatch.setattr(sps, "training_sps", ppo)
+    sps.compare_kinetix(sps.Args(kinetix=True, kinetix_envs=(2048, 65536), cuda=True))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("Kinetix, hand-designed S levels, on a faked GPU: "), lines[1]
+    assert lines[2].split("  ")[-1] == "PPO peak GPU memory (GiB)"
+    assert [row.split() for row in lines[3:]] == [
+        ["2048", "envs", "400", "100", "0.250", "2.0"],
+        ["65536", "envs", "400", "100", "0.250", "64.0"],
     ]
 
 

@@ -143,7 +143,8 @@ def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch, kinetix_step)
     assert obs.shape == (16, 140) and obs.dtype == torch.float32 and envs.obs_dim == 140
     for _ in range(3):
         received.clear()
-        obs, last_obs, outcome = envs.step(torch.randint(0, 2, (16, 6)))
+        with jax.transfer_guard("disallow"):  # no copy between host and device: the batch crosses through DLPack
+            obs, last_obs, outcome = envs.step(torch.randint(0, 2, (16, 6)))
         assert obs.shape == last_obs.shape == (16, 140) and outcome.shape == (16, 4)
         assert [t.data_ptr() for t in (obs, last_obs, outcome)] == [a.unsafe_buffer_pointer() for a in received]
     monkeypatch.setattr(torch, "from_dlpack", original)
@@ -151,6 +152,77 @@ def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch, kinetix_step)
     envs.start()
     assert envs.batched_step._cache_size() == 1  # the first call's types are the later calls' types
     assert envs.first_states._cache_size() == 1
+
+
+def jax_gpus() -> int:
+    try:
+        return len(jax.devices("gpu"))
+    except RuntimeError:  # JAX's CPU build, or no GPU
+        return 0
+
+
+needs_jax_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available() or jax_gpus() == 0, reason="needs a CUDA GPU and JAX's CUDA build (make kinetix-cuda)"
+)
+
+
+@needs_jax_gpu
+def test_on_the_gpu_the_batch_crosses_in_place_with_no_host_copy_and_the_step_compiles_once(monkeypatch):
+    """torch's cuda:0 and JAX's first GPU: every crossing (observations, outcomes to torch; actions to JAX) keeps its
+    buffer on the GPU, no array goes to or from the host (JAX's transfer guard), the step compiles once, and JAX
+    holds only what it uses of the GPU's memory (ppo_kinetix.py turns XLA's preallocation of 75 % off)."""
+    args = ppo_kinetix.Args(task_set="handmade", env_size="s", num_envs=16)
+    envs = ppo_kinetix.KinetixTasks(args, ppo_kinetix.task_set(args, "", handmade=True), 16, torch.device("cuda:0"), 0)
+    assert envs.device == jax.devices("gpu")[0]
+    crossings = []  # (torch's device, torch's data pointer, JAX's buffer pointer)
+    to_torch, to_jax = torch.from_dlpack, jax.dlpack.from_dlpack
+
+    def jax_to_torch(array):
+        tensor = to_torch(array)
+        crossings.append((tensor.device, tensor.data_ptr(), array.unsafe_buffer_pointer()))
+        return tensor
+
+    def torch_to_jax(tensor):
+        array = to_jax(tensor)
+        crossings.append((tensor.device, tensor.data_ptr(), array.unsafe_buffer_pointer()))
+        return array
+
+    monkeypatch.setattr(torch, "from_dlpack", jax_to_torch)
+    monkeypatch.setattr(jax.dlpack, "from_dlpack", torch_to_jax)
+    obs = envs.start()
+    with jax.transfer_guard("disallow"):
+        for _ in range(3):
+            obs, last_obs, outcome = envs.step(torch.randint(0, 2, (16, 6), device="cuda"))
+    monkeypatch.undo()
+    assert len(crossings) == 1 + 3 * 4  # start's observations; each step's actions, observations, last ones, outcome
+    assert all(device == torch.device("cuda", 0) and pointer == buffer for device, pointer, buffer in crossings)
+    assert obs.shape == last_obs.shape == (16, 140) and outcome.shape == (16, 4)
+    assert envs.batched_step._cache_size() == 1
+    free, total = torch.cuda.mem_get_info()
+    assert free > total / 2
+
+
+@needs_jax_gpu
+def test_tiny_run_trains_checkpoints_and_resumes_on_the_gpu(tmp_path):
+    """TINY on cuda:0 (JAX and torch): every tag, then the finished run's budget doubled in its checkpoint and
+    --resume trains 4 more iterations on the GPU, from the checkpoint's optimizer and task set."""
+    assert TINY[-1] == "--no-cuda"
+    flags = [*TINY[:-1], "--metrics-interval", "2", "--eval-interval", "2", "--checkpoint-interval", "2"]
+    result = run_script(SCRIPT, *flags, "--runs-dir", str(tmp_path), cuda=True)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert KINETIX_TAGS <= set(read_scalars(run_dir)), KINETIX_TAGS - set(read_scalars(run_dir))
+    assert json.load(open(os.path.join(run_dir, "args.json")))["device"] == torch.cuda.get_device_name()
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    checkpoint["args"]["total_timesteps"] = 4096
+    torch.save(checkpoint, checkpoint_path)
+    os.remove(os.path.join(run_dir, "done.json"))  # not finished any more: --resume takes it
+    resumed = run_script(SCRIPT, "--resume", checkpoint_path, cuda=True)
+    assert resumed.returncode == 0 and "resumed at iteration 5" in resumed.stdout, resumed.stderr
+    assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 4096, "iterations": 8}
+    assert [step for step, _ in read_scalars(run_dir)["charts/SPS"]] == [512 * i for i in range(1, 9)]
+    assert_optimizer_went_on(torch.load(checkpoint_path, weights_only=True))
 
 
 def test_a_time_out_is_a_truncation_with_its_last_observation_and_a_new_level(kinetix_step):
@@ -327,7 +399,16 @@ def test_without_jax_exits_2_naming_the_fix(tmp_path):
 
 
 def test_jax_without_the_gpu_that_torch_uses_exits_2(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # torch sees a GPU; this JAX is the CPU build
+    """torch sees a GPU, JAX (its CPU build) none."""
+    devices = jax.devices
+
+    def cpu_build_devices(backend=None):
+        if backend == "gpu":  # what JAX's CPU build raises
+            raise RuntimeError("Unknown backend: 'gpu' requested, but no platforms that are instances of gpu are present.")
+        return devices(backend)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(jax, "devices", cpu_build_devices)
     with pytest.raises(SystemExit) as exit_info:
         run_main(monkeypatch, ppo_kinetix, ["--runs-dir", str(tmp_path / "runs")])
     assert exit_info.value.code == 2
