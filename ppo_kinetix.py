@@ -673,9 +673,10 @@ def import_kinetix() -> SimpleNamespace:
     """Kinetix's environment modules. kinetix.util's __init__ imports Kinetix's training stack (distrax and a nightly
     TensorFlow Probability, optax, grain, zarr, ...), which the environment does not use: the package is registered
     bare, so that its `saving` module (the hand-designed levels) loads alone."""
-    if "kinetix.util" not in sys.modules:
+    kinetix = importlib.util.find_spec("kinetix")  # no such package: the imports below raise ImportError
+    if kinetix and kinetix.submodule_search_locations and "kinetix.util" not in sys.modules:
         util = ModuleType("kinetix.util")
-        util.__path__ = [os.path.join(importlib.util.find_spec("kinetix").submodule_search_locations[0], "util")]
+        util.__path__ = [os.path.join(kinetix.submodule_search_locations[0], "util")]
         sys.modules["kinetix.util"] = util
     from jax2d.engine import PhysicsEngine  # noqa: PLC0415 - after the bare kinetix.util
     from kinetix.environment import EnvParams, make_kinetix_env  # noqa: PLC0415

@@ -398,6 +398,20 @@ def test_without_jax_exits_2_naming_the_fix(tmp_path):
     assert not os.path.exists(tmp_path / "runs")
 
 
+@pytest.mark.parametrize("blocker", ["kinetix.py", "kinetix/__init__.py"], ids=["module", "package"])
+def test_without_kinetix_exits_2_naming_the_fix(tmp_path, blocker):
+    """A kinetix that cannot be imported, ahead of the real one: a module (find_spec gives no package folder; the
+    missing package's None came to the same traceback) or a package."""
+    (tmp_path / "blocker" / blocker).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "blocker" / blocker).write_text("raise ImportError('no kinetix here')\n")
+    pythonpath = os.pathsep.join([str(tmp_path / "blocker"), os.environ.get("PYTHONPATH", "")])
+    result = run_script(SCRIPT, *TINY, "--runs-dir", str(tmp_path / "runs"), env={"PYTHONPATH": pythonpath})
+    assert result.returncode == 2, result.stderr
+    fix = "`make setup` installs it (requirements-nodeps.txt)"
+    assert result.stderr.strip() == f"error: Kinetix cannot be imported (no kinetix here): {fix}", result.stderr
+    assert not os.path.exists(tmp_path / "runs")
+
+
 def test_jax_without_the_gpu_that_torch_uses_exits_2(tmp_path, monkeypatch, capsys):
     """torch sees a GPU, JAX (its CPU build) none."""
     devices = jax.devices
