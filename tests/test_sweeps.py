@@ -103,8 +103,12 @@ def test_ctrl_c_or_sigterm_stops_the_sweep_once_the_runs_in_flight_have_saved(tm
     (tmp_path / "fake_run.py").write_text(FAKE_RUN)
     (tmp_path / "commands.txt").write_text("".join(f"{sys.executable} fake_run.py {i}\n" for i in range(1, 5)))
     env = {**os.environ, "LOG_DIR": str(tmp_path / "logs"), "JOBS": "2"}
+    # bash cannot trap a signal ignored when it started, as SIGINT is in whatever a script started with `cmd &` (make
+    # test so started failed here): the launcher starts as from a terminal, SIGINT at its default
+    from_a_terminal = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp('bash', sys.argv[1:])"
+    command = [sys.executable, "-c", from_a_terminal, "bash", LAUNCH, "commands.txt"]
     with subprocess.Popen(
-        ["bash", LAUNCH, "commands.txt"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
     ) as launcher:
         for _ in range(600):
             if (tmp_path / "started_1").exists() and (tmp_path / "started_2").exists():
