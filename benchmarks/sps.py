@@ -618,7 +618,8 @@ def gpu_memory_peak(peaks: list[float]):
         free, total = torch.cuda.mem_get_info()
         return total - free
 
-    start, highest, done = used(), [0], threading.Event()
+    start, done = used(), threading.Event()
+    highest = [start]
 
     def poll() -> None:
         while not done.wait(0.05):
