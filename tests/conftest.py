@@ -414,7 +414,12 @@ def interrupt_with_sigterm(script, flags, wait_for=None, nproc=0):
             time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=300)
-    assert process.returncode == (1 if nproc else 128 + signal.SIGTERM), stderr
+    if nproc and process.returncode == -signal.SIGABRT:
+        # torchrun (torch 2.13) now and then aborts in its own teardown, after it has stopped its workers (once in CI,
+        # 2026-11-29: "terminate called without an active exception"): what is checked then is what the workers did.
+        assert "terminate called without an active exception" in stderr and stderr.count("closing signal SIGTERM") == nproc
+    else:
+        assert process.returncode == (1 if nproc else 128 + signal.SIGTERM), stderr
     assert "--resume" in stdout
     assert not glob.glob(os.path.join(runs_dir, "*", "done.json"))  # interrupted: no completion marker
     return stdout
