@@ -16,7 +16,14 @@ import numpy as np
 import pytest
 import torch
 
-mujoco_warp_tasks = pytest.importorskip("mujoco_warp_tasks")  # needs mujoco-warp (requirements.txt)
+mujoco_warp_tasks = None  # imported when a test here runs: at collection, MuJoCo Warp's import cost each test process 3 s
+
+
+@pytest.fixture(autouse=True, scope="module")
+def import_mujoco_warp_tasks():
+    global mujoco_warp_tasks  # noqa: PLW0603
+    mujoco_warp_tasks = pytest.importorskip("mujoco_warp_tasks")  # needs mujoco-warp (requirements.txt)
+
 
 # float32 against float64 over a few dozen steps of 5 substeps each
 ATOL, RTOL = 2e-3, 2e-3

@@ -1,6 +1,7 @@
 """sweeps/: the launcher (print, local, slurm; skip, resume, failures), every sweep's
 commands, and aggregation of a tiny real sweep checked against its event files."""
 
+import functools
 import glob
 import json
 import os
@@ -392,10 +393,19 @@ def test_launcher_rejects_bad_settings(tmp_path, env, fragment):
 
 
 def sweep_commands(sweep, tmp_path, scale):
-    env = {**os.environ, "LAUNCHER": "print", "SCALE": scale, "RUNS_DIR": str(tmp_path / "runs")}
+    """The commands that `sweep` prints at that SCALE, with tmp_path/runs as RUNS_DIR."""
+    return [command.replace(RUNS_DIR_TOKEN, str(tmp_path / "runs")) for command in printed_commands(sweep, scale)]
+
+
+RUNS_DIR_TOKEN = "/sweep-test-runs-dir"
+
+
+@functools.cache  # several tests read each sweep's commands; at paper scale outer_step.sh takes 3 s to print its 2,050
+def printed_commands(sweep, scale):
+    env = {**os.environ, "LAUNCHER": "print", "SCALE": scale, "RUNS_DIR": RUNS_DIR_TOKEN}
     result = subprocess.run(["bash", sweep], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
+    return tuple(result.stdout.splitlines())
 
 
 def parse_command(words, monkeypatch):
