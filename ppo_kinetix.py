@@ -43,7 +43,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, fields
-from functools import partial
+from functools import cache, partial
 from types import ModuleType, SimpleNamespace
 from typing import Literal
 
@@ -766,23 +766,12 @@ class KinetixTasks:
     one compiled JAX call. A finished episode restarts in the same step from a level drawn from the task set."""
 
     def __init__(self, args: Args, tasks: SimpleNamespace, num_envs: int, device: torch.device, seed: int):
-        kx = import_kinetix()
         self.num_envs, self.max_timesteps = num_envs, tasks.env_params.max_timesteps
-        self.env = kx.make_kinetix_env(
-            kx.ActionType.MULTI_DISCRETE,
-            kx.ObservationType.SYMBOLIC_FLAT,
-            None,
-            tasks.env_params,
-            tasks.static_params,
-            auto_reset=False,  # the reset is ours: it keeps the last observation of an episode, which a time-out needs
-        )
-        self.params = tasks.env_params
+        self.env, self.batched_step, self.first_states = kinetix_calls(tasks.env_params, tasks.static_params)
         self.device = jax.devices("gpu")[device.index or 0] if device.type == "cuda" else jax.devices("cpu")[0]
         self.key = jax.device_put(jax.random.PRNGKey(seed), self.device)
         self.levels = jax.device_put(tasks.levels, self.device)  # the task set, on the device once
-        self.batched_step = jax.jit(self._batched_step)  # compiled once per number of environments and of levels
-        self.first_states = jax.jit(self._first_states)  # the levels' start and observation in one compiled call
-        self.obs_dim = self.env.observation_space(self.params).shape[0]
+        self.obs_dim = self.env.observation_space(tasks.env_params).shape[0]
         self.states = None
 
     def start(self, levels=None, level_index: torch.Tensor | None = None) -> torch.Tensor:
@@ -797,10 +786,6 @@ class KinetixTasks:
         self.states, obs = self.first_states(levels, index)
         return torch.from_dlpack(obs)
 
-    def _first_states(self, levels, index):
-        states = jax.tree.map(lambda x: x[index], levels)
-        return states, jax.vmap(self.env.get_obs)(states)
-
     def step(self, actions: torch.Tensor, levels=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step of every environment: the observations to act on (a new episode's first where one ended), the last
         observations (the ended episode's own last state where one ended), and (reward, terminated, truncated, solved)
@@ -810,26 +795,48 @@ class KinetixTasks:
         self.key, self.states, obs, last_obs, outcome = self.batched_step(self.key, self.states, actions, levels)
         return torch.from_dlpack(obs), torch.from_dlpack(last_obs), torch.from_dlpack(outcome)
 
-    def _batched_step(self, key, states, actions, levels):
-        key, *keys = jax.random.split(key, 3)
-        step_keys, level_keys = (jax.random.split(k, self.num_envs) for k in keys)
-        return key, *jax.vmap(self._step, in_axes=(0, 0, 0, 0, None))(step_keys, level_keys, states, actions, levels)
 
-    def _step(self, step_key, level_key, state, action, levels):
-        last_obs, state, reward, done, info = self.env.step(step_key, state, action, self.params)
+@cache  # once a process per environment: a second KinetixTasks of it (a run resumed in the same process) is not traced again
+def kinetix_calls(params, static_params) -> tuple:
+    """Kinetix's environment for these parameters and its two compiled calls: the batched step, which restarts a
+    finished episode from a level of `levels` in the same step, and the first states and observations of given levels.
+    Each is compiled once per number of environments and of levels."""
+    kx = import_kinetix()
+    env = kx.make_kinetix_env(
+        kx.ActionType.MULTI_DISCRETE,
+        kx.ObservationType.SYMBOLIC_FLAT,
+        None,
+        params,
+        static_params,
+        auto_reset=False,  # the reset is ours: it keeps the last observation of an episode, which a time-out needs
+    )
+
+    def step(step_key, level_key, state, action, levels):
+        last_obs, state, reward, done, info = env.step(step_key, state, action, params)
         last_obs = jnp.nan_to_num(last_obs)  # an unstable world ends its episode (done), with a finite last state
         # Kinetix's episode ends on the goal (+1), a red shape (-1), a non-finite state or its time limit: only the last
         # is a truncation (the dense shaping, 0.1 x the change in distance, stays well inside +-0.5)
-        timed_out = (state.timestep >= self.params.max_timesteps) & (jnp.abs(reward) < 0.5)
+        timed_out = (state.timestep >= params.max_timesteps) & (jnp.abs(reward) < 0.5)
         floats = [x for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
         finite = jnp.all(jnp.stack([jnp.isfinite(x).all() for x in floats]))
         truncated = done & timed_out & finite
         index = jax.random.randint(level_key, (), 0, jax.tree.leaves(levels)[0].shape[0])
         level = jax.tree.map(lambda x: x[index], levels)
         state = jax.tree.map(lambda new, old: jnp.where(done, new, old), level, state)
-        obs = jnp.where(done, self.env.get_obs(level), last_obs)
+        obs = jnp.where(done, env.get_obs(level), last_obs)
         outcome = jnp.stack([jnp.nan_to_num(reward), done & ~truncated, truncated, done & info["GoalR"]]).astype(jnp.float32)
         return state, obs, last_obs, outcome
+
+    def batched_step(key, states, actions, levels):
+        key, *keys = jax.random.split(key, 3)
+        step_keys, level_keys = (jax.random.split(k, actions.shape[0]) for k in keys)
+        return key, *jax.vmap(step, in_axes=(0, 0, 0, 0, None))(step_keys, level_keys, states, actions, levels)
+
+    def first_states(levels, index):
+        states = jax.tree.map(lambda x: x[index], levels)
+        return states, jax.vmap(env.get_obs)(states)
+
+    return env, jax.jit(batched_step), jax.jit(first_states)
 
 
 # ======================================================================================================================

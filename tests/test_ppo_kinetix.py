@@ -137,6 +137,7 @@ def test_dlpack_shares_memory_both_ways():
 
 def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch, kinetix_step):
     envs = kinetix_step  # TINY's, its first step taken: compiled once for all
+    compiled = envs.batched_step._cache_size(), envs.first_states._cache_size()
     received = []  # the JAX arrays that the step's tensors come from
     original = torch.from_dlpack
     monkeypatch.setattr(torch, "from_dlpack", lambda array: received.append(array) or original(array))
@@ -151,8 +152,11 @@ def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch, kinetix_step)
     monkeypatch.setattr(torch, "from_dlpack", original)
     ppo_kinetix.solve_rate(ppo_kinetix.Agent(140, True), envs, envs.levels, attempts=1)  # played with the same step
     envs.start()
-    assert envs.batched_step._cache_size() == 1  # the first call's types are the later calls' types
-    assert envs.first_states._cache_size() == 1
+    # the first call's types are the later calls' types; another KinetixTasks of these parameters shares the compiled calls
+    assert (envs.batched_step._cache_size(), envs.first_states._cache_size()) == compiled
+    args = ppo_kinetix.Args(task_set="handmade", env_size="s", num_envs=8)
+    other = ppo_kinetix.KinetixTasks(args, ppo_kinetix.task_set(args, "", handmade=True), 8, torch.device("cpu"), seed=1)
+    assert (other.batched_step, other.first_states) == (envs.batched_step, envs.first_states)
 
 
 def jax_gpus() -> int:
@@ -190,15 +194,17 @@ def test_on_the_gpu_the_batch_crosses_in_place_with_no_host_copy_and_the_step_co
 
     monkeypatch.setattr(torch, "from_dlpack", jax_to_torch)
     monkeypatch.setattr(jax.dlpack, "from_dlpack", torch_to_jax)
+    compiled, sizes = envs.batched_step._cache_size(), []  # the step's compilations so far (on the CPU: other tests')
     obs = envs.start()
     with jax.transfer_guard("disallow"):
         for _ in range(3):
             obs, last_obs, outcome = envs.step(torch.randint(0, 2, (16, 6), device="cuda"))
+            sizes.append(envs.batched_step._cache_size())
     monkeypatch.undo()
     assert len(crossings) == 1 + 3 * 4  # start's observations; each step's actions, observations, last ones, outcome
     assert all(device == torch.device("cuda", 0) and pointer == buffer for device, pointer, buffer in crossings)
     assert obs.shape == last_obs.shape == (16, 140) and outcome.shape == (16, 4)
-    assert envs.batched_step._cache_size() == 1
+    assert sizes == [compiled + 1] * 3  # compiled for the GPU at the first step, not again
     free, total = torch.cuda.mem_get_info()
     assert free > total / 2
 
