@@ -27,7 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Every process the tests start (the scripts, torchrun's workers, the benchmarks' and sweeps' runs) inherits this
 # environment: tests/startup/sitecustomize.py leaves EnvPool's task families that no script uses unregistered, which
-# saves about a second of imports per process (its docstring says why and how to turn it off).
+# saves about a second of imports per process, and makes torch's optimizers wait for Dynamo's import, 2 s more (its
+# docstring says why and how to turn each off).
 STARTUP = os.path.join(ROOT, "tests", "startup")
 os.environ["PYTHONPATH"] = os.pathsep.join([STARTUP, *filter(None, [os.environ.get("PYTHONPATH")])])
 # One torch (OpenMP) thread per process, this one included. The tests' batches are tiny (a minibatch of 16 frames): a

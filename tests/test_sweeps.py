@@ -1513,7 +1513,7 @@ def test_report_table_mean_is_the_mean_of_the_final_scores(monkeypatch, tmp_path
         run["scalars"] = {"charts/episodic_return": (np.array([950]), np.array([final]))}
         runs.append(run)
     monkeypatch.setattr(aggregate, "load_runs", lambda *_: runs)
-    monkeypatch.setattr(aggregate, "save", lambda *_: None)
+    monkeypatch.setattr(aggregate, "save", lambda figure, *_: aggregate.pyplot().close(figure))
     monkeypatch.setattr(aggregate, "DATA_NOTES", [])  # not the notes of the tests before it
     aggregate.report("sweep", str(tmp_path), 0.1, 10, 100, pdf=False, include_unfinished=False)
     assert "## Data left out" not in (tmp_path / "report.md").read_text()
