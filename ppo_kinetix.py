@@ -672,13 +672,32 @@ def main() -> None:
 def import_kinetix() -> SimpleNamespace:
     """Kinetix's environment modules. kinetix.util's __init__ imports Kinetix's training stack (distrax and a nightly
     TensorFlow Probability, optax, grain, zarr, ...), which the environment does not use: the package is registered
-    bare, so that its `saving` module (the hand-designed levels) loads alone."""
-    kinetix = importlib.util.find_spec("kinetix")  # no such package: the imports below raise ImportError
+    bare, so that its `saving` module (the hand-designed levels) loads alone. gymnax's __init__ imports every gymnax
+    environment (seaborn and scipy.stats with them: 2 s of the 4.3 s that importing Kinetix took), where Kinetix uses
+    its base classes and spaces: gymnax is bare while Kinetix imports, and a later `import gymnax` gets all of it."""
+    kinetix, gymnax = importlib.util.find_spec("kinetix"), importlib.util.find_spec("gymnax")  # None: ImportError below
     if kinetix and kinetix.submodule_search_locations and "kinetix.util" not in sys.modules:
         util = ModuleType("kinetix.util")
         util.__path__ = [os.path.join(kinetix.submodule_search_locations[0], "util")]
         sys.modules["kinetix.util"] = util
-    from jax2d.engine import PhysicsEngine  # noqa: PLC0415 - after the bare kinetix.util
+    bare = []
+    if gymnax and gymnax.submodule_search_locations and "gymnax" not in sys.modules:
+        for name, folder in (("gymnax", ""), ("gymnax.environments", "environments")):
+            sys.modules[name] = ModuleType(name)
+            sys.modules[name].__path__ = [os.path.join(gymnax.submodule_search_locations[0], folder)]
+            bare.append(name)
+        from gymnax.environments.environment import EnvParams as GymnaxEnvParams  # noqa: PLC0415
+
+        sys.modules["gymnax"].EnvParams = GymnaxEnvParams  # what kinetix.render reads
+    try:
+        return kinetix_modules()
+    finally:
+        for name in bare:
+            del sys.modules[name]
+
+
+def kinetix_modules() -> SimpleNamespace:
+    from jax2d.engine import PhysicsEngine  # noqa: PLC0415 - after the bare kinetix.util and gymnax
     from kinetix.environment import EnvParams, make_kinetix_env  # noqa: PLC0415
     from kinetix.environment.spaces import ActionType, ObservationType  # noqa: PLC0415
     from kinetix.environment.ued.distributions import sample_kinetix_level  # noqa: PLC0415

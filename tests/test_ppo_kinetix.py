@@ -8,6 +8,7 @@ import copy
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -21,6 +22,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from conftest import (  # noqa: E402
     PPO_TAGS,
+    ROOT,
     assert_optimizer_went_on,
     only_run_dir,
     read_scalars,
@@ -404,6 +406,22 @@ def test_without_jax_exits_2_naming_the_fix(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == "error: JAX is not installed: `make setup` installs it with Kinetix (requirements.txt)"
     assert not os.path.exists(tmp_path / "runs")
+
+
+def test_kinetix_imports_without_gymnaxs_environments_and_gymnax_is_whole_afterwards():
+    """import_kinetix leaves out gymnax's own environments (seaborn, scipy.stats: 2 s), in a process of its own: a
+    later `import gymnax` (a variant of the script that uses it) still gets the whole package, with Kinetix's classes."""
+    code = """
+import sys, ppo_kinetix
+kx = ppo_kinetix.import_kinetix()
+skipped = "seaborn" not in sys.modules and "gymnax.environments.misc" not in sys.modules
+import gymnax
+from gymnax.environments.environment import Environment
+whole = gymnax.make("CartPole-v1")[0].__class__.__name__ == "CartPole" and gymnax.EnvParams.__module__.startswith("gymnax.")
+print(skipped, whole, issubclass(kx.make_kinetix_env.__globals__["KinetixEnv"], Environment))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)  # noqa: PLW1510
+    assert result.returncode == 0 and result.stdout.split() == ["True", "True", "True"], result.stdout + result.stderr
 
 
 def test_without_kinetix_exits_2_naming_the_fix(tmp_path, monkeypatch, capsys):
