@@ -681,31 +681,28 @@ def import_kinetix() -> SimpleNamespace:
         util.__path__ = [os.path.join(kinetix.submodule_search_locations[0], "util")]
         sys.modules["kinetix.util"] = util
     bare = []
-    if gymnax and gymnax.submodule_search_locations and "gymnax" not in sys.modules:
+    first = not {"gymnax", "kinetix.environment"} & sys.modules.keys()  # imported already: nothing to leave out
+    if gymnax and gymnax.submodule_search_locations and first:
         for name, folder in (("gymnax", ""), ("gymnax.environments", "environments")):
             sys.modules[name] = ModuleType(name)
             sys.modules[name].__path__ = [os.path.join(gymnax.submodule_search_locations[0], folder)]
             bare.append(name)
-        from gymnax.environments.environment import EnvParams as GymnaxEnvParams  # noqa: PLC0415
-
-        sys.modules["gymnax"].EnvParams = GymnaxEnvParams  # what kinetix.render reads
     try:
-        return kinetix_modules()
+        if bare:
+            from gymnax.environments.environment import EnvParams as GymnaxEnvParams  # noqa: PLC0415
+
+            sys.modules["gymnax"].EnvParams = GymnaxEnvParams  # what kinetix.render reads
+        from jax2d.engine import PhysicsEngine  # noqa: PLC0415 - after the bare kinetix.util and gymnax
+        from kinetix.environment import EnvParams, make_kinetix_env  # noqa: PLC0415
+        from kinetix.environment.spaces import ActionType, ObservationType  # noqa: PLC0415
+        from kinetix.environment.ued.distributions import sample_kinetix_level  # noqa: PLC0415
+        from kinetix.environment.ued.locomotion_distribution import sample_locomotion_level  # noqa: PLC0415
+        from kinetix.environment.ued.ued_state import UEDParams  # noqa: PLC0415
+        from kinetix.environment.utils import create_empty_env, static_env_params_from_size  # noqa: PLC0415
+        from kinetix.util.saving import load_evaluation_levels  # noqa: PLC0415
     finally:
         for name in bare:
             del sys.modules[name]
-
-
-def kinetix_modules() -> SimpleNamespace:
-    from jax2d.engine import PhysicsEngine  # noqa: PLC0415 - after the bare kinetix.util and gymnax
-    from kinetix.environment import EnvParams, make_kinetix_env  # noqa: PLC0415
-    from kinetix.environment.spaces import ActionType, ObservationType  # noqa: PLC0415
-    from kinetix.environment.ued.distributions import sample_kinetix_level  # noqa: PLC0415
-    from kinetix.environment.ued.locomotion_distribution import sample_locomotion_level  # noqa: PLC0415
-    from kinetix.environment.ued.ued_state import UEDParams  # noqa: PLC0415
-    from kinetix.environment.utils import create_empty_env, static_env_params_from_size  # noqa: PLC0415
-    from kinetix.util.saving import load_evaluation_levels  # noqa: PLC0415
-
     return SimpleNamespace(
         PhysicsEngine=PhysicsEngine,
         EnvParams=EnvParams,
