@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import warnings
 
 import envpool
 import numpy as np
@@ -108,10 +109,11 @@ def video_problem(args) -> str | None:
             f"--capture-video renders Gymnasium's MuJoCo v5 tasks (on envpool or mjwarp), not {args.env_id} on {args.backend}"
         )
     try:
-        env = video_env(args)
-        env.reset(seed=0)
-        env.render()
-        env.close()
+        with warnings.catch_warnings(action="ignore"):  # GLFW warns at each step that fails before it raises: one line
+            env = video_env(args)
+            env.reset(seed=0)
+            env.render()
+            env.close()
     except Exception as error:  # noqa: BLE001 - no OpenGL: MuJoCo's, PyOpenGL's or EGL's own errors
         reason, gl = " ".join(str(error).split()), os.environ["MUJOCO_GL"]
         return f"--capture-video: MuJoCo cannot render with MUJOCO_GL={gl} ({reason}); egl needs libEGL, osmesa libOSMesa"
