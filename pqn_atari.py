@@ -29,7 +29,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields
 from types import SimpleNamespace
-from typing import Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 import envpool
 import numpy as np
@@ -104,7 +104,7 @@ class Args:
     dormant_definition: Literal["sokar", "absolute"] = "sokar"
     """dormant neurons: sokar, mean |h_i| / the layer's mean <= threshold (Sokar et al. 2023, whom the paper's B.2 follows);
     absolute, mean |h_i| < threshold (B.2's formula: only the units that are all but silent, e.g. dead ReLUs)"""
-    dormant_threshold: float | None = None
+    dormant_threshold: Annotated[float | None, tyro.conf.arg(aliases=("--dormant-tau",))] = None
     """the dormant test's threshold (default: 0.025 for sokar, Sokar's tau; 1e-5 for absolute, B.2's epsilon)"""
     save_embeddings: bool = False
     """on metrics iterations save penultimate features and max_a Q to runs/.../embeddings.npz"""

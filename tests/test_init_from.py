@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import tyro
 from conftest import TINY_PPO_FLAGS, only_run_dir, read_scalars, run_main, usage_error
 
 import ppo_atari_envpool
@@ -234,6 +235,12 @@ def test_an_old_checkpoint_with_dormant_tau_resumes_as_sokars_test_with_that_tau
     args, resumed = ppo_atari_envpool.parse_args()
     assert (args.dormant_definition, args.dormant_threshold) == ("sokar", 0.1)
     assert resumed["global_step"] == 64
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_takes_the_specs_dormant_tau_as_sokars_threshold(name):
+    args = tyro.cli(import_script(name).Args, args=["--dormant-tau", "0.1"])
+    assert (args.dormant_definition, args.dormant_threshold) == ("sokar", 0.1)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
