@@ -730,10 +730,9 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
     resumed run trains on the very same set whatever JAX's random numbers do across versions."""
     kx = import_kinetix()
     static_params, env_params = kx.static_env_params_from_size(args.env_size), kx.EnvParams()
-    path = os.path.join(run_dir, "tasks.npz")
     template = kx.create_empty_env(static_params)
     if load and not handmade:
-        levels, names = read_levels(path, template)
+        levels, names = read_levels(os.path.join(run_dir, "tasks.npz"), template)
     elif handmade or args.task_set == "handmade":
         names = level_names(args.env_size) if handmade or not args.levels else args.levels.split(",")
         # Kinetix parses a level's JSON with eager JAX ops (~1.5 s a level on 2 CPU cores): parsed once, kept beside the
@@ -759,7 +758,7 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
         names = [f"{args.task_set}_{i}" for i in range(args.num_tasks)]
     levels = jax.tree.map(np.asarray, levels)  # numpy: strongly typed, so the compiled step never sees another type
     if run_dir and not load and not handmade and RANK == 0:
-        write_levels(path, levels, names)
+        write_levels(os.path.join(run_dir, "tasks.npz"), levels, names)
     return SimpleNamespace(levels=levels, names=names, static_params=static_params, env_params=env_params)
 
 

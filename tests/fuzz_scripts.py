@@ -26,7 +26,6 @@ import tempfile
 import time
 import typing
 from concurrent.futures import ThreadPoolExecutor
-from typing import Annotated
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -39,8 +38,11 @@ TINY = {  # each script's tiny run (--total-timesteps: 8 iterations)
     "ppo_procgen.py": "--num-envs 4 --num-steps 16 --num-minibatches 2 --update-epochs 1 --total-timesteps 512",
     "ppo_isaacgym.py": "--backend envpool --env-id Ant --num-envs 4 --num-steps 16 --total-timesteps 512 "
     "--max-episode-steps 20",
+    "ppo_kinetix.py": "--task-set handmade --env-size s --num-envs 16 --num-steps 32 --num-minibatches 8 "
+    "--total-timesteps 1024",
 }
 LEFT_ALONE = {"runs_dir", "resume", "cuda", "cudagraphs", "exp_name", "track", "wandb_project_name", "wandb_entity"}
+LEFT_ALONE |= {"jax_cache_dir"}  # a relative path would land in the working directory
 INTS = ["0", "1", "2", "3", "5", "8", "16", "33", "64", "-1", str(2**31), str(10**12)]
 FLOATS = ["0", "1e-9", "0.01", "0.5", "1", "1.5", "3", "-0.1", "nan", "inf", "1e30"]
 ENV_IDS = {
@@ -68,8 +70,8 @@ def random_words(script: str, name: str, kind, rng: random.Random) -> list[str]:
 
 def random_flags(script: str, rng: random.Random) -> tuple[list[str], list[str]]:
     """The script's tiny flags (less --num-envs/--num-steps when --schedule is drawn) and 1-3 random flags."""
-    hints = typing.get_type_hints(importlib.import_module(script[:-3]).Args, include_extras=True)
-    names = [name for name, kind in hints.items() if name not in LEFT_ALONE and typing.get_origin(kind) is not Annotated]
+    hints = typing.get_type_hints(importlib.import_module(script[:-3]).Args)  # Annotated[T, ...] (an alias): T
+    names = [name for name in hints if name not in LEFT_ALONE]
     base, flags = TINY[script].split(), []
     for name in rng.sample(names, k=rng.choice([1, 2, 3])):
         flag = name.replace("_", "-")
@@ -156,6 +158,9 @@ def signal_trial(script: str, runs: str, rng: random.Random) -> tuple[str | None
         return "no exit 300 s after the signal", command, process.communicate()[1][-800:], ""
     if process.returncode == -signum:  # before the script's handlers: Python's own end (a KeyboardInterrupt's too)
         return None, command, "", "killed during its imports"
+    starting = process.returncode == 1 and stderr.rstrip().endswith("KeyboardInterrupt")  # CPython's exit 1 in `site`
+    if signum == signal.SIGINT and starting and not re.search(rf'File "{re.escape(ROOT)}/(?!\.venv/|tests/)', stderr):
+        return None, command, "", "interrupted while Python started"
     if process.returncode != 128 + signum:
         result = subprocess.CompletedProcess(first, process.returncode, "", stderr)
         return verdict(result), command, stderr[-800:], f"exit {process.returncode}, not stopped"

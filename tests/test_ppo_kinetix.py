@@ -358,14 +358,16 @@ def test_tiny_ppo_ewma_run_stopped_by_sigterm_resumes_with_every_tag_on_the_same
 
 def test_torchrun_two_processes_keep_identical_weights(tmp_path, kinetix_step):
     """32 envs over 2 processes: each steps TINY's 16, with the step that kinetix_step left in JAX's cache; one
-    iteration (each process traces the step first, ~7 s on 2 busy cores)."""
-    flags = [*TINY, "--num-envs", "32", "--total-timesteps", "1024", "--no-eval-handmade", "--runs-dir", str(tmp_path)]
+    iteration (each process traces the step first, ~7 s on 2 busy cores), then both solve rates (the hand-designed
+    levels' too: process 1 has no run directory of its own)."""
+    flags = [*TINY, "--num-envs", "32", "--total-timesteps", "1024", "--runs-dir", str(tmp_path)]
     result = run_torchrun(SCRIPT, 2, *flags)
     assert result.returncode == 0, result.stderr
     assert "weights identical on 2 of 2 processes" in result.stdout
     run_dir = only_run_dir(tmp_path)
     assert json.load(open(os.path.join(run_dir, "done.json"))) == {"global_step": 1024, "iterations": 1}
-    assert len(read_scalars(run_dir)["charts/solve_rate"]) == 1  # at the end: each process played its share
+    scalars = read_scalars(run_dir)
+    assert len(scalars["charts/solve_rate"]) == len(scalars["charts/solve_rate_handmade"]) == 1  # each process its share
 
 
 # ---- Bad input: one line, exit 2, nothing created ----
