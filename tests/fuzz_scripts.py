@@ -26,6 +26,9 @@ import tempfile
 import time
 import typing
 from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated
+
+import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -70,8 +73,10 @@ def random_words(script: str, name: str, kind, rng: random.Random) -> list[str]:
 
 def random_flags(script: str, rng: random.Random) -> tuple[list[str], list[str]]:
     """The script's tiny flags (less --num-envs/--num-steps when --schedule is drawn) and 1-3 random flags."""
-    hints = typing.get_type_hints(importlib.import_module(script[:-3]).Args)  # Annotated[T, ...] (an alias): T
-    names = [name for name in hints if name not in LEFT_ALONE]
+    extras = typing.get_type_hints(importlib.import_module(script[:-3]).Args, include_extras=True)
+    hints = {name: typing.get_args(kind)[0] if typing.get_origin(kind) is Annotated else kind for name, kind in extras.items()}
+    suppressed = {name for name, kind in extras.items() if tyro.conf.Suppress in typing.get_args(kind)[1:]}  # derived
+    names = [name for name in hints if name not in LEFT_ALONE | suppressed]
     base, flags = TINY[script].split(), []
     for name in rng.sample(names, k=rng.choice([1, 2, 3])):
         flag = name.replace("_", "-")
