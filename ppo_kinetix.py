@@ -519,7 +519,7 @@ def main() -> None:
     # The task set: generated once and stored with the run (a resumed run reads it back); environments on torch's device.
     tasks = task_set(args, RUN_DIR, load=checkpoint is not None)
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
-    envs = KinetixTasks(args, tasks, num_envs, device, seed=hash((args.seed, RANK, start_iteration)) % 2**31)
+    envs = KinetixTasks(tasks, num_envs, device, seed=hash((args.seed, RANK, start_iteration)) % 2**31)
     agent = Agent(envs.obs_dim, args.separate_networks, args.activation).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.scaled_learning_rate, eps=args.adam_eps, fused=args.fused_adam)
     # --init-from (a misfit removes the new run: the network's shapes come from the envs); the proximal policy is not loaded
@@ -780,7 +780,7 @@ class KinetixTasks:
     """num_envs Kinetix environments (symbolic-flat observations, MultiDiscrete actions) on torch's device, stepped in
     one compiled JAX call. A finished episode restarts in the same step from a level drawn from the task set."""
 
-    def __init__(self, args: Args, tasks: SimpleNamespace, num_envs: int, device: torch.device, seed: int):
+    def __init__(self, tasks: SimpleNamespace, num_envs: int, device: torch.device, seed: int):
         self.num_envs, self.max_timesteps = num_envs, tasks.env_params.max_timesteps
         self.env, self.batched_step, self.first_states = kinetix_calls(tasks.env_params, tasks.static_params)
         self.device = jax.devices("gpu")[device.index or 0] if device.type == "cuda" else jax.devices("cpu")[0]

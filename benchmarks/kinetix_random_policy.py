@@ -48,7 +48,7 @@ def main() -> None:
     script_args.task_seed = args.task_seed
     ppo_kinetix.jax.config.update("jax_compilation_cache_dir", script_args.jax_cache_dir)
     tasks = ppo_kinetix.task_set(script_args, "")
-    envs = ppo_kinetix.KinetixTasks(script_args, tasks, args.num_envs, torch.device("cpu"), seed=args.seed)
+    envs = ppo_kinetix.KinetixTasks(tasks, args.num_envs, torch.device("cpu"), seed=args.seed)
     agent = ppo_kinetix.Agent(envs.obs_dim, separate_networks=True)
     torch.nn.init.zeros_(agent.actor.weight), torch.nn.init.zeros_(agent.actor.bias)  # every action equally likely
     rate = ppo_kinetix.solve_rate(agent, envs, envs.levels, args.attempts)

@@ -590,7 +590,7 @@ def kinetix_sps(size: str, num_envs: int, steps: int, device: str) -> float:
     torch.set_num_threads(args.torch_threads)
     try:
         tasks = ppo_kinetix.task_set(args, "")
-        envs = ppo_kinetix.KinetixTasks(args, tasks, num_envs, torch.device(device), seed=0)
+        envs = ppo_kinetix.KinetixTasks(tasks, num_envs, torch.device(device), seed=0)
         generator = torch.Generator().manual_seed(0)
         heads = [torch.randint(0, n, (steps + 1, num_envs), generator=generator) for n in ppo_kinetix.ACTION_SIZES]
         actions = torch.stack(heads, dim=-1).to(device)

@@ -445,7 +445,7 @@ def kinetix_step():
     with open(os.path.join(args.jax_cache_dir, "tests.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         tasks = ppo_kinetix.task_set(args, "", handmade=True)
-        envs = ppo_kinetix.KinetixTasks(args, tasks, args.num_envs, torch.device("cpu"), seed=0)
+        envs = ppo_kinetix.KinetixTasks(tasks, args.num_envs, torch.device("cpu"), seed=0)
         envs.start()
         envs.step(torch.zeros(args.num_envs, len(ppo_kinetix.ACTION_SIZES), dtype=torch.long))
     return envs

@@ -157,7 +157,7 @@ def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch, kinetix_step)
     # the first call's types are the later calls' types; another KinetixTasks of these parameters shares the compiled calls
     assert (envs.batched_step._cache_size(), envs.first_states._cache_size()) == compiled
     args = ppo_kinetix.Args(task_set="handmade", env_size="s", num_envs=8)
-    other = ppo_kinetix.KinetixTasks(args, ppo_kinetix.task_set(args, "", handmade=True), 8, torch.device("cpu"), seed=1)
+    other = ppo_kinetix.KinetixTasks(ppo_kinetix.task_set(args, "", handmade=True), 8, torch.device("cpu"), seed=1)
     assert (other.batched_step, other.first_states) == (envs.batched_step, envs.first_states)
 
 
@@ -179,7 +179,7 @@ def test_on_the_gpu_the_batch_crosses_in_place_with_no_host_copy_and_the_step_co
     buffer on the GPU, no array goes to or from the host (JAX's transfer guard), the step compiles once, and JAX
     holds only what it uses of the GPU's memory (ppo_kinetix.py turns XLA's preallocation of 75 % off)."""
     args = ppo_kinetix.Args(task_set="handmade", env_size="s", num_envs=16)
-    envs = ppo_kinetix.KinetixTasks(args, ppo_kinetix.task_set(args, "", handmade=True), 16, torch.device("cuda:0"), 0)
+    envs = ppo_kinetix.KinetixTasks(ppo_kinetix.task_set(args, "", handmade=True), 16, torch.device("cuda:0"), 0)
     assert envs.device == jax.devices("gpu")[0]
     crossings = []  # (torch's device, torch's data pointer, JAX's buffer pointer)
     to_torch, to_jax = torch.from_dlpack, jax.dlpack.from_dlpack
