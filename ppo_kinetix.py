@@ -199,7 +199,7 @@ class Args:
     torch_threads: int | None = 1
     """torch's CPU threads: beside XLA's own threads, more than 1 made the policy 10-70x slower on 2 cores"""
     jax_cache_dir: str = os.environ.get("JAX_COMPILATION_CACHE_DIR", os.path.expanduser("~/.cache/ppo_kinetix_jax"))
-    """JAX's persistent compilation cache (and the parsed hand-designed levels): a repeat run loads the compiled step"""
+    """JAX's persistent compilation cache (and the task sets built): a repeat run loads the compiled step and its tasks"""
     fused_adam: bool = True
     """Adam's update of all parameters as one fused kernel (--no-fused-adam: CleanRL's per-tensor-list kernels)"""
     reuse_host_memory: bool = True
@@ -726,36 +726,42 @@ def level_names(size: str) -> list[str]:
 
 def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = False) -> SimpleNamespace:
     """The levels to train on, batched along their first axis (or, with `handmade`, the hand-designed levels of the
-    size class). Generated once and stored in run_dir/tasks.npz by process 0; `load` reads that file back, so that a
-    resumed run trains on the very same set whatever JAX's random numbers do across versions."""
+    size class). Generated once (kept in --jax-cache-dir for the next run) and stored in run_dir/tasks.npz by process
+    0; `load` reads that file back, so that a resumed run trains on the very same set whatever JAX's random numbers do
+    across versions."""
     kx = import_kinetix()
     static_params, env_params = kx.static_env_params_from_size(args.env_size), kx.EnvParams()
     template = kx.create_empty_env(static_params)
+    hand_designed = handmade or args.task_set == "handmade"
+    if hand_designed:
+        names = args.levels.split(",") if args.levels and not handmade else level_names(args.env_size)
+    else:
+        names = [f"{args.task_set}_{i}" for i in range(args.num_tasks)]
+    # Building a set is slow (Kinetix parses a level's JSON with eager JAX ops, ~1.5 s a level on 2 CPU cores; tracing
+    # its samplers takes 5-25 s): built once, kept beside the compilation cache, named by all that defines the set
+    definition = [importlib.metadata.version(package) for package in ("kinetix-env", "jax")] + [names, args.env_size]
+    definition += [] if hand_designed else [args.task_seed]
+    built = os.path.join(args.jax_cache_dir, f"kinetix-levels-{hashlib.sha1(repr(definition).encode()).hexdigest()[:16]}.npz")
     if load and not handmade:
         levels, names = read_levels(os.path.join(run_dir, "tasks.npz"), template)
-    elif handmade or args.task_set == "handmade":
-        names = level_names(args.env_size) if handmade or not args.levels else args.levels.split(",")
-        # Kinetix parses a level's JSON with eager JAX ops (~1.5 s a level on 2 CPU cores): parsed once, kept beside the
-        # compilation cache, named by the Kinetix version, the names and the size class
-        key = repr((importlib.metadata.version("kinetix-env"), names, args.env_size)).encode()
-        parsed = os.path.join(args.jax_cache_dir, f"kinetix-levels-{hashlib.sha1(key).hexdigest()[:16]}.npz")
-        if os.path.isfile(parsed):
-            levels = read_levels(parsed, template)[0]
-        else:
-            levels = kx.load_evaluation_levels(names, static_env_params_override=static_params)[0]
-            with contextlib.suppress(OSError):  # no cache, no harm; a name of its own: other processes may write it too
-                write_levels(f"{parsed}.{os.getpid()}", jax.tree.map(np.asarray, levels), names)
-                os.replace(f"{parsed}.{os.getpid()}", parsed)
+    elif os.path.isfile(built):
+        levels = read_levels(built, template)[0]
     else:
         keys = jax.random.split(jax.random.PRNGKey(args.task_seed), args.num_tasks)
-        if args.task_set == "locomotion":  # Beukman et al.'s morphologies: a body, legs (ankles in l), the goal left or right
+        if hand_designed:
+            levels = kx.load_evaluation_levels(names, static_env_params_override=static_params)[0]
+        elif args.task_set == "locomotion":  # Beukman et al.'s morphologies: a body, legs (ankles in l), the goal left/right
             sample = partial(kx.sample_locomotion_level, env_params=env_params, static_env_params=static_params)
+            levels = jax.jit(jax.vmap(sample))(keys)
         else:  # Kinetix's random levels of the size class, as its SFL and PLR baselines sample them
             engine, ued = kx.PhysicsEngine(static_params), kx.UEDParams()
             sample = partial(kx.sample_kinetix_level, engine=engine, env_params=env_params, static_env_params=static_params)
             sample = partial(sample, ued_params=ued)
-        levels = jax.jit(jax.vmap(sample))(keys)
-        names = [f"{args.task_set}_{i}" for i in range(args.num_tasks)]
+            levels = jax.jit(jax.vmap(sample))(keys)
+        with contextlib.suppress(OSError):  # no cache, no harm; a name of its own: other processes may write it too
+            os.makedirs(args.jax_cache_dir, exist_ok=True)
+            write_levels(f"{built}.{os.getpid()}", jax.tree.map(np.asarray, levels), names)
+            os.replace(f"{built}.{os.getpid()}", built)
     levels = jax.tree.map(np.asarray, levels)  # numpy: strongly typed, so the compiled step never sees another type
     if run_dir and not load and not handmade and RANK == 0:
         write_levels(os.path.join(run_dir, "tasks.npz"), levels, names)

@@ -6,6 +6,7 @@ time, then JAX's persistent compilation cache (--jax-cache-dir, shared by every 
 
 import copy
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -293,18 +294,57 @@ def test_solve_rate_counts_the_first_episode_of_each_attempt():
     assert envs.started == [[0, 1, 2, 0], [1, 2, 0, 0]]
 
 
-def test_locomotion_tasks_are_drawn_once_from_the_task_seed_and_read_back(tmp_path):
-    args = ppo_kinetix.Args(task_set="locomotion", env_size="m", num_tasks=4, task_seed=3)
+def same_levels(a, b) -> bool:
+    pairs = zip(jax.tree.leaves(a.levels), jax.tree.leaves(b.levels), strict=True)
+    return all(np.array_equal(x, y) and x.dtype == y.dtype for x, y in pairs)
+
+
+def test_locomotion_tasks_are_drawn_once_from_the_task_seed_kept_and_read_back(tmp_path, monkeypatch):
+    """The same seed draws the same set afresh (an empty cache), another seed another set; the next run reads the set
+    from the cache (the sampler not called), a resumed run from its own tasks.npz."""
+
+    def args(seed: int, cache: str) -> ppo_kinetix.Args:
+        return ppo_kinetix.Args(task_set="locomotion", env_size="m", num_tasks=4, task_seed=seed, jax_cache_dir=cache)
+
+    drawn = ppo_kinetix.task_set(args(3, str(tmp_path / "a")), str(tmp_path))
+    again = ppo_kinetix.task_set(args(3, str(tmp_path / "b")), "")
+    other = ppo_kinetix.task_set(args(4, str(tmp_path / "a")), "")
+    monkeypatch.setattr(sys.modules["kinetix.environment.ued.locomotion_distribution"], "sample_locomotion_level", None)
+    cached = ppo_kinetix.task_set(args(3, str(tmp_path / "a")), "")
+    stored = ppo_kinetix.task_set(args(3, str(tmp_path / "b")), str(tmp_path), load=True)
+    assert same_levels(drawn, again) and same_levels(drawn, cached) and same_levels(drawn, stored)
+    assert not same_levels(drawn, other)
+    assert len(list((tmp_path / "a").glob("kinetix-levels-*.npz"))) == 2
+    assert stored.names == cached.names == drawn.names == [f"locomotion_{i}" for i in range(4)]
+    assert jax.tree.leaves(drawn.levels)[0].shape[0] == 4
+
+
+def test_a_bank_of_random_levels_is_drawn_once_kept_and_read_back(tmp_path, monkeypatch):
+    """A bank of random S levels: Kinetix's sampler is called as its signature asks, with the size class's parameters,
+    one key per level; the next run reads the bank from the cache (the sampler not called), a resumed run from its
+    tasks.npz. A stand-in plays the sampler: JAX traces Kinetix's own in 10-25 s and compiles it in ~20 s on 2 cores
+    (ppo_kinetix.py --task-set random runs it)."""
+    kx = ppo_kinetix.import_kinetix()  # first: the test may be its process's first to use Kinetix
+    distributions = sys.modules["kinetix.environment.ued.distributions"]
+    sampler = inspect.signature(distributions.sample_kinetix_level)
+
+    def stand_in(rng, *args, **kwargs):
+        call = sampler.bind(rng, *args, **kwargs).arguments
+        assert call["static_env_params"] == kx.static_env_params_from_size("s") and call["env_params"] == kx.EnvParams()
+        assert isinstance(call["engine"], kx.PhysicsEngine) and isinstance(call["ued_params"], kx.UEDParams)
+        level = kx.create_empty_env(call["static_env_params"])
+        return level.replace(polygon=level.polygon.replace(position=level.polygon.position + jax.random.uniform(rng)))
+
+    monkeypatch.setattr(distributions, "sample_kinetix_level", stand_in)
+    args = ppo_kinetix.Args(task_set="random", env_size="s", num_tasks=3, task_seed=5, jax_cache_dir=str(tmp_path / "a"))
     drawn = ppo_kinetix.task_set(args, str(tmp_path))
-    again = ppo_kinetix.task_set(ppo_kinetix.Args(task_set="locomotion", env_size="m", num_tasks=4, task_seed=3), "")
-    other = ppo_kinetix.task_set(ppo_kinetix.Args(task_set="locomotion", env_size="m", num_tasks=4, task_seed=4), "")
+    monkeypatch.setattr(distributions, "sample_kinetix_level", None)
+    cached = ppo_kinetix.task_set(args, "")
     stored = ppo_kinetix.task_set(args, str(tmp_path), load=True)
-    leaves = [jax.tree.leaves(tasks.levels) for tasks in (drawn, again, other, stored)]
-    assert all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[1], strict=True))
-    assert all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[3], strict=True))
-    assert not all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[2], strict=True))
-    assert stored.names == drawn.names == [f"locomotion_{i}" for i in range(4)]
-    assert leaves[0][0].shape[0] == 4
+    assert same_levels(drawn, cached) and same_levels(drawn, stored)
+    assert stored.names == cached.names == drawn.names == ["random_0", "random_1", "random_2"]
+    positions = drawn.levels.polygon.position
+    assert positions.shape[0] == 3 and len({float(level.max()) for level in positions}) == 3  # three keys, three levels
 
 
 def test_hand_designed_levels_are_parsed_once_then_read_back_identical(tmp_path, monkeypatch):
@@ -312,10 +352,9 @@ def test_hand_designed_levels_are_parsed_once_then_read_back_identical(tmp_path,
     args = ppo_kinetix.Args(task_set="handmade", env_size="s", levels=names, jax_cache_dir=str(tmp_path))
     parsed = ppo_kinetix.task_set(args, "")
     assert len(list(tmp_path.glob("kinetix-levels-*.npz"))) == 1
-    monkeypatch.setattr(sys.modules["kinetix.util.saving"], "load_evaluation_levels", lambda *a, **k: 1 / 0)  # not again
+    monkeypatch.setattr(sys.modules["kinetix.util.saving"], "load_evaluation_levels", None)  # not again
     cached = ppo_kinetix.task_set(args, "")
-    pairs = zip(jax.tree.leaves(parsed.levels), jax.tree.leaves(cached.levels), strict=True)
-    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in pairs)
+    assert same_levels(parsed, cached)
     assert cached.names == parsed.names == names.split(",")
 
 
