@@ -739,25 +739,23 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
         names = [f"{args.task_set}_{i}" for i in range(args.num_tasks)]
     # Building a set is slow (Kinetix parses a level's JSON with eager JAX ops, ~1.5 s a level on 2 CPU cores; tracing
     # its samplers takes 5-25 s): built once, kept beside the compilation cache, named by all that defines the set
-    definition = [importlib.metadata.version(package) for package in ("kinetix-env", "jax")] + [names, args.env_size]
-    definition += [] if hand_designed else [args.task_seed]
+    versions = [importlib.metadata.version(package) for package in ("kinetix-env", "jax")]
+    definition = [*versions, names, args.env_size, None if hand_designed else args.task_seed]
     built = os.path.join(args.jax_cache_dir, f"kinetix-levels-{hashlib.sha1(repr(definition).encode()).hexdigest()[:16]}.npz")
     if load and not handmade:
         levels, names = read_levels(os.path.join(run_dir, "tasks.npz"), template)
     elif os.path.isfile(built):
         levels = read_levels(built, template)[0]
     else:
-        keys = jax.random.split(jax.random.PRNGKey(args.task_seed), args.num_tasks)
         if hand_designed:
             levels = kx.load_evaluation_levels(names, static_env_params_override=static_params)[0]
-        elif args.task_set == "locomotion":  # Beukman et al.'s morphologies: a body, legs (ankles in l), the goal left/right
-            sample = partial(kx.sample_locomotion_level, env_params=env_params, static_env_params=static_params)
-            levels = jax.jit(jax.vmap(sample))(keys)
-        else:  # Kinetix's random levels of the size class, as its SFL and PLR baselines sample them
-            engine, ued = kx.PhysicsEngine(static_params), kx.UEDParams()
-            sample = partial(kx.sample_kinetix_level, engine=engine, env_params=env_params, static_env_params=static_params)
-            sample = partial(sample, ued_params=ued)
-            levels = jax.jit(jax.vmap(sample))(keys)
+        else:
+            if args.task_set == "locomotion":  # Beukman et al.'s morphologies: a body, legs (ankles in l), the goal left/right
+                sample = partial(kx.sample_locomotion_level, env_params=env_params, static_env_params=static_params)
+            else:  # Kinetix's random levels of the size class, as its SFL and PLR baselines sample them
+                sample = partial(kx.sample_kinetix_level, engine=kx.PhysicsEngine(static_params), env_params=env_params)
+                sample = partial(sample, static_env_params=static_params, ued_params=kx.UEDParams())
+            levels = jax.jit(jax.vmap(sample))(jax.random.split(jax.random.PRNGKey(args.task_seed), args.num_tasks))
         with contextlib.suppress(OSError):  # no cache, no harm; a name of its own: other processes may write it too
             os.makedirs(args.jax_cache_dir, exist_ok=True)
             write_levels(f"{built}.{os.getpid()}", jax.tree.map(np.asarray, levels), names)
