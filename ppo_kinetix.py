@@ -815,6 +815,19 @@ class KinetixTasks:
         return torch.from_dlpack(obs), torch.from_dlpack(last_obs), torch.from_dlpack(outcome)
 
 
+def episode_end(reward, done, timestep, distance, last_distance, finite, params) -> tuple:
+    """(terminated, truncated) for one step of Kinetix. Its episode ends on the goal (a reward of +1) or a red shape
+    (-1), to which the dense shaping (dense_reward_scale x the decrease in distance to the goal; 0 on an episode's first
+    step) is added; on a non-finite state; or at its time limit, the only truncation. The shaping can pass 1 (2.1 seen
+    as a morphology settles): the contact is told from the reward less the shaping, recomputed as Kinetix computes it
+    from the distance after the step (`distance`, its info's) and before it (`last_distance`, -1 on a first step)."""
+    shaping = jnp.nan_to_num(-(distance - last_distance) * params.dense_reward_scale, nan=0.0, posinf=0.0, neginf=0.0)
+    shaping = jnp.where((last_distance == -1) | (params.dense_reward_scale == 0.0), 0.0, shaping)
+    contact = jnp.abs(reward - shaping) > 0.5  # the goal or a red shape: exactly +-1 once the shaping is taken off
+    truncated = done & (timestep >= params.max_timesteps) & ~contact & finite
+    return done & ~truncated, truncated
+
+
 @cache  # once a process per environment: a second KinetixTasks of it (a run resumed in the same process) is not traced again
 def kinetix_calls(params, static_params) -> tuple:
     """Kinetix's environment for these parameters and its two compiled calls: the batched step, which restarts a
@@ -831,19 +844,17 @@ def kinetix_calls(params, static_params) -> tuple:
     )
 
     def step(step_key, level_key, state, action, levels):
+        last_distance = state.last_distance
         last_obs, state, reward, done, info = env.step(step_key, state, action, params)
         last_obs = jnp.nan_to_num(last_obs)  # an unstable world ends its episode (done), with a finite last state
-        # Kinetix's episode ends on the goal (+1), a red shape (-1), a non-finite state or its time limit: only the last
-        # is a truncation (the dense shaping, 0.1 x the change in distance, stays well inside +-0.5)
-        timed_out = (state.timestep >= params.max_timesteps) & (jnp.abs(reward) < 0.5)
         floats = [x for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
         finite = jnp.all(jnp.stack([jnp.isfinite(x).all() for x in floats]))
-        truncated = done & timed_out & finite
+        terminated, truncated = episode_end(reward, done, state.timestep, info["distance"], last_distance, finite, params)
         index = jax.random.randint(level_key, (), 0, jax.tree.leaves(levels)[0].shape[0])
         level = jax.tree.map(lambda x: x[index], levels)
         state = jax.tree.map(lambda new, old: jnp.where(done, new, old), level, state)
         obs = jnp.where(done, env.get_obs(level), last_obs)
-        outcome = jnp.stack([jnp.nan_to_num(reward), done & ~truncated, truncated, done & info["GoalR"]]).astype(jnp.float32)
+        outcome = jnp.stack([jnp.nan_to_num(reward), terminated, truncated, done & info["GoalR"]]).astype(jnp.float32)
         return state, obs, last_obs, outcome
 
     def batched_step(key, states, actions, levels):

@@ -258,6 +258,25 @@ def test_a_time_out_is_a_truncation_with_its_last_observation_and_a_new_level(ki
         assert not torch.equal(last_obs[env], obs[env])  # its own last state, not the next episode's
 
 
+def test_episode_end_tells_the_time_limit_from_a_contact_whatever_the_shaping():
+    """Kinetix's reward is the contact's +-1 plus 0.1 x the decrease in distance to the goal; done at the time limit
+    (256). Six steps: (reward, done, timestep, distance after, distance before, finite)."""
+    params = ppo_kinetix.import_kinetix().EnvParams()
+    assert (params.max_timesteps, params.dense_reward_scale) == (256, 0.1)
+    steps = [
+        (-2.1, True, 256, 26.0, 5.0, True),  # the limit, no contact: shaping 0.1 x (5 - 26) = -2.1, a truncation
+        (0.4, True, 256, 7.0, 1.0, True),  # the goal at the limit: 1 + 0.1 x (1 - 7) = 0.4, a termination
+        (-1.0, True, 256, 3.0, -1.0, True),  # a red shape on an episode's first step (no distance before: no shaping)
+        (0.0, True, 256, 3.0, -1.0, True),  # the limit on a first step: a truncation
+        (0.0, True, 256, 3.0, 3.0, False),  # a non-finite state at the limit: a termination
+        (-1.2, False, 255, 15.0, 3.0, True),  # a step with nothing ended, its shaping past -1
+    ]
+    reward, done, timestep, distance, last_distance, finite = (jnp.array(column) for column in zip(*steps, strict=True))
+    terminated, truncated = ppo_kinetix.episode_end(reward, done, timestep, distance, last_distance, finite, params)
+    assert terminated.tolist() == [False, True, True, False, True, False]
+    assert truncated.tolist() == [True, False, False, True, False, False]
+
+
 class ScriptedTasks:
     """A stand-in for KinetixTasks: level i's first episode ends at step OUTCOMES[i][0], solved or not; an episode
     never ends for None. Records the levels it is started on."""
