@@ -74,8 +74,9 @@ ACTION_SIZES = (3, 3, 3, 3, 2, 2)  # Kinetix's MultiDiscrete actions: 4 motors (
 class Args:
     # The study: tasks and data collection
     task_set: Literal["locomotion", "random", "handmade"] = "locomotion"
-    """locomotion: --num-tasks procedural morphologies (Beukman et al.); random: a bank of --num-tasks random levels;
-    handmade: Kinetix's hand-designed levels of --env-size (or --levels)"""
+    """locomotion: --num-tasks procedural morphologies (Beukman et al.); random: a bank of --num-tasks random levels
+    (those that no-op actions solve left out, as Kinetix's PPO does); handmade: Kinetix's hand-designed levels of
+    --env-size (or --levels)"""
     env_size: Literal["s", "m", "l"] = "l"
     """Kinetix's size class: the most polygons, circles, joints and thrusters a level has (locomotion needs m or l)"""
     num_tasks: int = 512
@@ -695,7 +696,10 @@ def import_kinetix() -> SimpleNamespace:
         from jax2d.engine import PhysicsEngine  # noqa: PLC0415 - after the bare kinetix.util and gymnax
         from kinetix.environment import EnvParams, make_kinetix_env  # noqa: PLC0415
         from kinetix.environment.spaces import ActionType, ObservationType  # noqa: PLC0415
-        from kinetix.environment.ued.distributions import sample_kinetix_level  # noqa: PLC0415
+        from kinetix.environment.ued.distributions import (  # noqa: PLC0415
+            create_vmapped_filtered_distribution,
+            sample_kinetix_level,
+        )
         from kinetix.environment.ued.locomotion_distribution import sample_locomotion_level  # noqa: PLC0415
         from kinetix.environment.ued.ued_state import UEDParams  # noqa: PLC0415
         from kinetix.environment.utils import create_empty_env, static_env_params_from_size  # noqa: PLC0415
@@ -710,6 +714,7 @@ def import_kinetix() -> SimpleNamespace:
         ActionType=ActionType,
         ObservationType=ObservationType,
         sample_kinetix_level=sample_kinetix_level,
+        create_vmapped_filtered_distribution=create_vmapped_filtered_distribution,
         sample_locomotion_level=sample_locomotion_level,
         UEDParams=UEDParams,
         create_empty_env=create_empty_env,
@@ -741,6 +746,7 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
     # its samplers takes 5-25 s): built once, kept beside the compilation cache, named by all that defines the set
     versions = [importlib.metadata.version(package) for package in ("kinetix-env", "jax")]
     definition = [*versions, names, args.env_size, None if hand_designed else args.task_seed]
+    definition += [NO_OP_FILTER] if args.task_set == "random" and not hand_designed else []
     built = os.path.join(args.jax_cache_dir, f"kinetix-levels-{hashlib.sha1(repr(definition).encode()).hexdigest()[:16]}.npz")
     if load and not handmade:
         levels, names = read_levels(os.path.join(run_dir, "tasks.npz"), template)
@@ -749,13 +755,17 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
     else:
         if hand_designed:
             levels = kx.load_evaluation_levels(names, static_env_params_override=static_params)[0]
-        else:
-            if args.task_set == "locomotion":  # Beukman et al.'s morphologies: a body, legs (ankles in l), the goal left/right
-                sample = partial(kx.sample_locomotion_level, env_params=env_params, static_env_params=static_params)
-            else:  # Kinetix's random levels of the size class, as its SFL and PLR baselines sample them
-                sample = partial(kx.sample_kinetix_level, engine=kx.PhysicsEngine(static_params), env_params=env_params)
-                sample = partial(sample, static_env_params=static_params, ued_params=kx.UEDParams())
+        elif args.task_set == "locomotion":  # Beukman et al.'s morphologies: a body, legs (ankles in l), the goal left/right
+            sample = partial(kx.sample_locomotion_level, env_params=env_params, static_env_params=static_params)
             levels = jax.jit(jax.vmap(sample))(jax.random.split(jax.random.PRNGKey(args.task_seed), args.num_tasks))
+        else:  # Kinetix's random levels of the size class, drawn as its PPO, SFL and PLR draw them (NO_OP_FILTER)
+            sample = partial(kx.sample_kinetix_level, engine=kx.PhysicsEngine(static_params), env_params=env_params)
+            sample = partial(sample, static_env_params=static_params, ued_params=kx.UEDParams())
+            env = kinetix_calls(env_params, static_params)[0]
+            draw = partial(kx.create_vmapped_filtered_distribution, level_sampler=sample, n_samples=args.num_tasks, env=env)
+            draw = partial(draw, env_params=env_params, static_env_params=static_params, ued_params=kx.UEDParams())
+            draw = partial(draw, env_size_name=args.env_size, **NO_OP_FILTER)
+            levels = jax.jit(lambda key: draw(key)[0])(jax.random.PRNGKey(args.task_seed))
         with contextlib.suppress(OSError):  # no cache, no harm; a name of its own: other processes may write it too
             os.makedirs(args.jax_cache_dir, exist_ok=True)
             write_levels(f"{built}.{os.getpid()}", jax.tree.map(np.asarray, levels), names)
@@ -764,6 +774,12 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
     if run_dir and not load and not handmade and RANK == 0:
         write_levels(os.path.join(run_dir, "tasks.npz"), levels, names)
     return SimpleNamespace(levels=levels, names=names, static_params=static_params, env_params=env_params)
+
+
+# Kinetix's level filter (its configs/learning/ppo-base.yaml): twice --num-tasks random levels drawn, each played with
+# no-op actions for 64 steps, and --num-tasks of them kept, one solved that way weighted 0.001 against 1 (without it,
+# 28 of 128 random S levels were solved by doing nothing)
+NO_OP_FILTER = {"do_filter_levels": True, "level_filter_sample_ratio": 2, "level_filter_n_steps": 64}
 
 
 def write_levels(path: str, levels, names: list[str]) -> None:

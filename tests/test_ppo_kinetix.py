@@ -339,13 +339,24 @@ def test_locomotion_tasks_are_drawn_once_from_the_task_seed_kept_and_read_back(t
 
 
 def test_a_bank_of_random_levels_is_drawn_once_kept_and_read_back(tmp_path, monkeypatch):
-    """A bank of random S levels: Kinetix's sampler is called as its signature asks, with the size class's parameters,
-    one key per level; the next run reads the bank from the cache (the sampler not called), a resumed run from its
-    tasks.npz. A stand-in plays the sampler: JAX traces Kinetix's own in 10-25 s and compiles it in ~20 s on 2 cores
-    (ppo_kinetix.py --task-set random runs it)."""
+    """A bank of random S levels, drawn as Kinetix's PPO draws them: its no-op filter (twice as many levels sampled,
+    64 no-op steps) and its sampler, each called as its signature asks, with the size class's parameters, one key per
+    level; the next run reads the bank from the cache (the sampler not called), a resumed run from its tasks.npz.
+    Stand-ins play both: JAX traces Kinetix's own in 10-25 s and compiles them in ~1-2 min on 2 cores (ppo_kinetix.py
+    --task-set random runs them: 0 of 128 S levels solved by doing nothing, 28 without the filter)."""
     kx = ppo_kinetix.import_kinetix()  # first: the test may be its process's first to use Kinetix
     distributions = sys.modules["kinetix.environment.ued.distributions"]
     sampler = inspect.signature(distributions.sample_kinetix_level)
+    level_filter, filtered = inspect.signature(distributions.create_vmapped_filtered_distribution), []
+
+    def filter_stand_in(*args, **kwargs):
+        call = level_filter.bind(*args, **kwargs).arguments
+        filtered.append(call["n_samples"])
+        assert call["do_filter_levels"] and (call["level_filter_sample_ratio"], call["level_filter_n_steps"]) == (2, 64)
+        assert (call["n_samples"], call["env_size_name"], call["env_params"]) == (3, "s", kx.EnvParams())
+        assert call["static_env_params"] == kx.static_env_params_from_size("s") and callable(call["env"].step)
+        keys = jax.random.split(call["rng"], call["n_samples"])
+        return jax.vmap(call["level_sampler"])(keys), keys
 
     def stand_in(rng, *args, **kwargs):
         call = sampler.bind(rng, *args, **kwargs).arguments
@@ -355,8 +366,10 @@ def test_a_bank_of_random_levels_is_drawn_once_kept_and_read_back(tmp_path, monk
         return level.replace(polygon=level.polygon.replace(position=level.polygon.position + jax.random.uniform(rng)))
 
     monkeypatch.setattr(distributions, "sample_kinetix_level", stand_in)
+    monkeypatch.setattr(distributions, "create_vmapped_filtered_distribution", filter_stand_in)
     args = ppo_kinetix.Args(task_set="random", env_size="s", num_tasks=3, task_seed=5, jax_cache_dir=str(tmp_path / "a"))
     drawn = ppo_kinetix.task_set(args, str(tmp_path))
+    assert filtered == [3]
     monkeypatch.setattr(distributions, "sample_kinetix_level", None)
     cached = ppo_kinetix.task_set(args, "")
     stored = ppo_kinetix.task_set(args, str(tmp_path), load=True)
