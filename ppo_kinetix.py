@@ -85,6 +85,9 @@ class Args:
     """seed of the task set's generation: the same set for every --seed"""
     levels: str | None = None
     """handmade: comma-separated level names (e.g. s/h0_weak_thrust.json,s/h4_thrust_aim.json); default: all of the size"""
+    dense_reward_scale: float = 0.2
+    """the dense shaping added to Kinetix's +-1: this x the decrease in the distance to the goal in a step (0: sparse);
+    0.2 as in Kinetix's configs, which Beukman et al. use (0.1 is its EnvParams' default)"""
     seed: int = 1
     """seed of the experiment (torch and the environments)"""
     total_timesteps: int = 100_000_000
@@ -735,7 +738,8 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
     0; `load` reads that file back, so that a resumed run trains on the very same set whatever JAX's random numbers do
     across versions."""
     kx = import_kinetix()
-    static_params, env_params = kx.static_env_params_from_size(args.env_size), kx.EnvParams()
+    static_params = kx.static_env_params_from_size(args.env_size)
+    env_params = kx.EnvParams(dense_reward_scale=args.dense_reward_scale)
     template = kx.create_empty_env(static_params)
     hand_designed = handmade or args.task_set == "handmade"
     if hand_designed:
@@ -746,7 +750,7 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
     # its samplers takes 5-25 s): built once, kept beside the compilation cache, named by all that defines the set
     versions = [importlib.metadata.version(package) for package in ("kinetix-env", "jax")]
     definition = [*versions, names, args.env_size, None if hand_designed else args.task_seed]
-    definition += [NO_OP_FILTER] if args.task_set == "random" and not hand_designed else []
+    definition += [NO_OP_FILTER, args.dense_reward_scale] if args.task_set == "random" and not hand_designed else []
     built = os.path.join(args.jax_cache_dir, f"kinetix-levels-{hashlib.sha1(repr(definition).encode()).hexdigest()[:16]}.npz")
     if load and not handmade:
         levels, names = read_levels(os.path.join(run_dir, "tasks.npz"), template)
@@ -900,7 +904,7 @@ def validate_and_derive(args: Args) -> Args:
         "metrics_batch embeddings_per_iteration learning_rate adam_eps max_grad_norm target_kl minibatch_size "
         "torch_threads target_ddr target_ddr_final adapt_rate ddr_batch importance_weight_cap eval_attempts",
         non_negative="checkpoint_interval metrics_interval eval_interval ent_coef vf_coef dormant_threshold ewma_com "
-        "task_seed clip_coef",
+        "task_seed clip_coef dense_reward_scale",
     )
     cpus = os.cpu_count() or 1  # more threads only oversubscribe; 100,000 ended in a segfault
     require((args.torch_threads or 1) <= cpus, f"--torch-threads {args.torch_threads} is more than the {cpus} CPUs here")

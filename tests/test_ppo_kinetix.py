@@ -5,6 +5,7 @@ The environments are Kinetix's S levels (a few envs): its batched step compiles 
 time, then JAX's persistent compilation cache (--jax-cache-dir, shared by every test) loads it in about a second."""
 
 import copy
+import dataclasses
 import importlib.util
 import inspect
 import json
@@ -51,6 +52,16 @@ KINETIX_TAGS = PPO_TAGS | {
 
 
 # ---- The policy and the maths on hand-made tensors ----
+def test_defaults_are_table_2_and_kinetixs_own_reward():
+    """Beukman et al.'s Table 2 (Jax2D locomotion) and the shaping of Kinetix's configs, which they use (0.2, where
+    Kinetix's EnvParams say 0.1)."""
+    table_2 = {"gamma": 0.995, "gae_lambda": 0.9, "num_envs": 2048, "num_steps": 256, "update_epochs": 8}
+    table_2 |= {"num_minibatches": 32, "clip_coef": 0.2, "clip_vloss": True, "vf_coef": 0.5, "ent_coef": 0.01}
+    table_2 |= {"max_grad_norm": 0.5, "learning_rate": 3e-4, "anneal_lr": False, "dense_reward_scale": 0.2}
+    args = dataclasses.asdict(ppo_kinetix.Args())
+    assert {name: args[name] for name in table_2} == table_2
+
+
 def test_multi_discrete_head_matches_one_categorical_per_head():
     agent = ppo_kinetix.Agent(140, separate_networks=True)
     obs = torch.randn(5, 140)
@@ -353,14 +364,15 @@ def test_a_bank_of_random_levels_is_drawn_once_kept_and_read_back(tmp_path, monk
         call = level_filter.bind(*args, **kwargs).arguments
         filtered.append(call["n_samples"])
         assert call["do_filter_levels"] and (call["level_filter_sample_ratio"], call["level_filter_n_steps"]) == (2, 64)
-        assert (call["n_samples"], call["env_size_name"], call["env_params"]) == (3, "s", kx.EnvParams())
+        assert (call["n_samples"], call["env_size_name"], call["env_params"]) == (3, "s", kx.EnvParams(dense_reward_scale=0.5))
         assert call["static_env_params"] == kx.static_env_params_from_size("s") and callable(call["env"].step)
         keys = jax.random.split(call["rng"], call["n_samples"])
         return jax.vmap(call["level_sampler"])(keys), keys
 
     def stand_in(rng, *args, **kwargs):
         call = sampler.bind(rng, *args, **kwargs).arguments
-        assert call["static_env_params"] == kx.static_env_params_from_size("s") and call["env_params"] == kx.EnvParams()
+        assert call["static_env_params"] == kx.static_env_params_from_size("s")
+        assert call["env_params"] == kx.EnvParams(dense_reward_scale=0.5)  # --dense-reward-scale's
         assert isinstance(call["engine"], kx.PhysicsEngine) and isinstance(call["ued_params"], kx.UEDParams)
         level = kx.create_empty_env(call["static_env_params"])
         return level.replace(polygon=level.polygon.replace(position=level.polygon.position + jax.random.uniform(rng)))
@@ -368,6 +380,7 @@ def test_a_bank_of_random_levels_is_drawn_once_kept_and_read_back(tmp_path, monk
     monkeypatch.setattr(distributions, "sample_kinetix_level", stand_in)
     monkeypatch.setattr(distributions, "create_vmapped_filtered_distribution", filter_stand_in)
     args = ppo_kinetix.Args(task_set="random", env_size="s", num_tasks=3, task_seed=5, jax_cache_dir=str(tmp_path / "a"))
+    args.dense_reward_scale = 0.5
     drawn = ppo_kinetix.task_set(args, str(tmp_path))
     assert filtered == [3]
     monkeypatch.setattr(distributions, "sample_kinetix_level", None)
@@ -450,6 +463,7 @@ BAD_FLAGS = [
     (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
     (["--total-timesteps", "100"], "smaller than one batch"),
     (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
+    (["--dense-reward-scale", "nan"], "--dense-reward-scale must be finite and >= 0, got nan"),
     (["--target-ddr-final", "100"], "--target-ddr-final needs --target-ddr"),
 ]
 
