@@ -763,12 +763,11 @@ def task_set(args: Args, run_dir: str, load: bool = False, handmade: bool = Fals
             sample = partial(kx.sample_locomotion_level, env_params=env_params, static_env_params=static_params)
             levels = jax.jit(jax.vmap(sample))(jax.random.split(jax.random.PRNGKey(args.task_seed), args.num_tasks))
         else:  # Kinetix's random levels of the size class, drawn as its PPO, SFL and PLR draw them (NO_OP_FILTER)
-            sample = partial(kx.sample_kinetix_level, engine=kx.PhysicsEngine(static_params), env_params=env_params)
-            sample = partial(sample, static_env_params=static_params, ued_params=kx.UEDParams())
+            params = dict(env_params=env_params, static_env_params=static_params, ued_params=kx.UEDParams())
+            sample = partial(kx.sample_kinetix_level, engine=kx.PhysicsEngine(static_params), **params)
             env = kinetix_calls(env_params, static_params)[0]
             draw = partial(kx.create_vmapped_filtered_distribution, level_sampler=sample, n_samples=args.num_tasks, env=env)
-            draw = partial(draw, env_params=env_params, static_env_params=static_params, ued_params=kx.UEDParams())
-            draw = partial(draw, env_size_name=args.env_size, **NO_OP_FILTER)
+            draw = partial(draw, env_size_name=args.env_size, **params, **NO_OP_FILTER)
             levels = jax.jit(lambda key: draw(key)[0])(jax.random.PRNGKey(args.task_seed))
         with contextlib.suppress(OSError):  # no cache, no harm; a name of its own: other processes may write it too
             os.makedirs(args.jax_cache_dir, exist_ok=True)

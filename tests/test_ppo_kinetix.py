@@ -379,8 +379,8 @@ def test_a_bank_of_random_levels_is_drawn_once_kept_and_read_back(tmp_path, monk
 
     monkeypatch.setattr(distributions, "sample_kinetix_level", stand_in)
     monkeypatch.setattr(distributions, "create_vmapped_filtered_distribution", filter_stand_in)
-    args = ppo_kinetix.Args(task_set="random", env_size="s", num_tasks=3, task_seed=5, jax_cache_dir=str(tmp_path / "a"))
-    args.dense_reward_scale = 0.5
+    args = ppo_kinetix.Args(task_set="random", env_size="s", num_tasks=3, task_seed=5, dense_reward_scale=0.5)
+    args.jax_cache_dir = str(tmp_path / "a")
     drawn = ppo_kinetix.task_set(args, str(tmp_path))
     assert filtered == [3]
     monkeypatch.setattr(distributions, "sample_kinetix_level", None)
