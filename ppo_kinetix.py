@@ -482,8 +482,9 @@ def solve_rate(agent: Agent, envs: KinetixTasks, levels, attempts: int) -> float
     """Kinetix's measure of a policy: each level of `levels` played `attempts` times from its start, the first episode
     only, with sampled actions; the fraction of those episodes that reach the goal (Matthews et al. 2025's
     eval_utils; Beukman et al.'s solve rate). Played in batches of the training's num_envs with the training's compiled
-    step (the training set: nothing compiles again); under torchrun each process plays its share."""
-    num_levels = jax.tree.leaves(levels)[0].shape[0]
+    step (the training set: nothing compiles again), after which the training's episodes go on where they were; under
+    torchrun each process plays its share."""
+    training_states, num_levels = envs.states, jax.tree.leaves(levels)[0].shape[0]
     games = torch.arange(num_levels * attempts)[RANK::WORLD_SIZE] % num_levels  # level of each episode to play here
     solved, played = torch.zeros(2, dtype=torch.float64)
     for chunk in games.split(envs.num_envs):
@@ -500,6 +501,7 @@ def solve_rate(agent: Agent, envs: KinetixTasks, levels, attempts: int) -> float
                 break
         solved += reached.cpu()[playing].sum()
         played += playing.sum()
+    envs.states = training_states  # JAX's arrays are immutable: the training's episodes as they were
     totals = all_ranks_sum(torch.stack([solved, played]))
     return float(totals[0] / totals[1])
 
@@ -644,8 +646,6 @@ def main() -> None:
             clip_coef = adapted_step_size(clip_coef, **step_size, bounds=args.clip_coef_bounds)
         if (args.eval_interval and iteration % args.eval_interval == 0) or iteration == args.num_iterations:
             charts["solve_rate"] = solve_rate(agent, envs, envs.levels, args.eval_attempts)
-            next_obs = envs.start()  # the evaluation played the training's environments: new episodes
-            episode.zero_()
         charts["SPS"] = int((global_step - start_step) / (time.time() - start_time))  # after the metrics: their cost counts
         ended = rollout["dones"].bool()
         steps = (rollout_start_step + (ended.nonzero()[:, 0] + 1) * args.num_envs).tolist()

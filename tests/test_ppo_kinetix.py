@@ -164,7 +164,9 @@ def test_kinetix_tasks_step_in_place_and_compile_once(monkeypatch, kinetix_step)
         assert obs.shape == last_obs.shape == (16, 140) and outcome.shape == (16, 4)
         assert [t.data_ptr() for t in (obs, last_obs, outcome)] == [a.unsafe_buffer_pointer() for a in received]
     monkeypatch.setattr(torch, "from_dlpack", original)
+    training_states = envs.states
     ppo_kinetix.solve_rate(ppo_kinetix.Agent(140, True), envs, envs.levels, attempts=1)  # played with the same step
+    assert envs.states is training_states  # the training's episodes go on after an evaluation
     envs.start()
     # the first call's types are the later calls' types; another KinetixTasks of these parameters shares the compiled calls
     assert (envs.batched_step._cache_size(), envs.first_states._cache_size()) == compiled
@@ -290,15 +292,15 @@ def test_episode_end_tells_the_time_limit_from_a_contact_whatever_the_shaping():
 
 class ScriptedTasks:
     """A stand-in for KinetixTasks: level i's first episode ends at step OUTCOMES[i][0], solved or not; an episode
-    never ends for None. Records the levels it is started on."""
+    never ends for None. Records the levels it is started on; its states say whose episodes it plays."""
 
     OUTCOMES = {0: (2, True), 1: (1, False), 2: (None, None)}  # level 1 solves its second episode (step 3): not counted
 
     def __init__(self, num_envs):
-        self.num_envs, self.max_timesteps, self.started = num_envs, 40, []
+        self.num_envs, self.max_timesteps, self.started, self.states = num_envs, 40, [], "training"
 
     def start(self, levels, index):
-        self.index, self.t = index, 0
+        self.index, self.t, self.states = index, 0, "evaluation"
         self.started.append(index.tolist())
         return torch.zeros(self.num_envs, 140)
 
@@ -322,6 +324,7 @@ def test_solve_rate_counts_the_first_episode_of_each_attempt():
     rate = ppo_kinetix.solve_rate(ppo_kinetix.Agent(140, True), envs, levels, attempts=2)
     assert rate == pytest.approx(2 / 6)
     assert envs.started == [[0, 1, 2, 0], [1, 2, 0, 0]]
+    assert envs.states == "training"  # the training's episodes, put back
 
 
 def same_levels(a, b) -> bool:
