@@ -17,7 +17,7 @@
 # Fig. 7 compares N_envs at equal policy updates; here every run has the same step budget, so a larger N_envs makes
 # fewer updates: --x updates draws them on one axis, the larger batches' curves ending first. Fig. 8 colours runs by
 # budget: BUDGETS="25000000 100000000" adds the (a) runs at each budget other than TOTAL_TIMESTEPS (names end in
-# _steps<budget>).
+# _budget<budget>: a steps<N> part would be read as N_RO by aggregate.py's N_envs lines).
 # CPU default: GAMES=Breakout SEEDS="1" TOTAL_TIMESTEPS=16384 NUM_ENVS="8 32" COMS="0 8"
 #   CLIPS="0.1" PPO_CLIPS="0.1 0.2" BUDGETS=$TOTAL_TIMESTEPS.
 # Paper (SCALE=paper): the Atari-10, SEEDS="1 2 3 4 5", TOTAL_TIMESTEPS=100000000,
@@ -41,7 +41,7 @@ for game in $GAMES; do
             common="--env-id $game-v5 --seed $seed --num-envs $envs --num-steps 128"
             common="$common --runs-dir $RUNS_DIR --checkpoint-interval 20"
             for budget in $BUDGETS; do
-                suffix=$([[ $budget == "$TOTAL_TIMESTEPS" ]] || echo "_steps$budget")
+                suffix=$([[ $budget == "$TOTAL_TIMESTEPS" ]] || echo "_budget$budget")
                 for com in $COMS; do
                     for clip in $CLIPS; do
                         echo "$PYTHON ppo_ewma_atari.py $common --total-timesteps $budget --ewma-com $com --clip-coef $clip" \

@@ -3,11 +3,14 @@
 # rate (charts/solve_rate: the fraction of the --num-tasks training tasks solved). FIGURES picks the figures:
 #   1a  PPO-EWMA's centre of mass (COMS); the same runs are Fig. 5a
 #   4   learning rate x centre of mass x LR annealing (LRS x LR_COMS x anneal or not; the figure: the best per LR)
-#   5   clip epsilon (CLIPS), standard PPO and PPO-EWMA at each of CLIP_COMS (Fig. 5b; Appendix Fig. 12 the COM x eps grid)
+#   5   clip epsilon (CLIPS), standard PPO and PPO-EWMA at each of CLIP_COMS (Fig. 5b; CLIP_COMS="8 32 128 512" gives
+#       Appendix Fig. 12's grid of COM x eps)
 #   6   epochs (EPOCH_LIST) x PPO-EWMA's COM (EPOCH_COMS, Fig. 6a) and x PPO's clip epsilon (EPOCH_CLIPS, Fig. 6b)
 #   7   N_envs (REG_ENVS) with a fixed number of minibatches (the minibatch grows with the batch) x COM (REG_COMS) and
 #       x clip (REG_CLIPS), compared at equal policy updates: each N_envs trains the iterations that BASE_ENVS makes in
 #       TOTAL_TIMESTEPS (the names end in _sameupdates; aggregate.py report --x updates plots them against updates)
+#   8   DDR against the best solve rate per budget: the regularisations of Figs. 1a and 5 (COMS, and PPO at CLIPS) at
+#       each of BUDGETS (names end in _budget<N> but at TOTAL_TIMESTEPS; aggregate.py report --score max draws it)
 #   9   N_envs (RECIPE_ENVS) three ways, PPO: a fixed minibatch size (more minibatches: _mbsize<N>), a fixed number of
 #       minibatches (bigger ones, the same LR) and bigger minibatches with the LR scaled from BASE_ENVS (LR_SCALINGS)
 # Each configuration is one run directory whose name is the configuration (e.g. ewma_com8_clip0.2_epochs8_lr3e-4_envs64);
@@ -16,7 +19,7 @@
 #
 #   bash sweeps/kinetix.sh                                  # small CPU version
 #   SCALE=paper LAUNCHER=print bash sweeps/kinetix.sh       # the paper's commands
-#   .venv/bin/python sweeps/aggregate.py report runs/kinetix
+#   .venv/bin/python sweeps/aggregate.py report runs/kinetix              # --x updates: Fig. 7; --score max: Fig. 8
 #
 # TASK_SETS (locomotion, random, handmade; default locomotion) and ENV_SIZES (s, m, l; locomotion: m or l) stand for
 # GAMES: each pair is a task (env_id Kinetix-<set>-<size>); SEEDS, TOTAL_TIMESTEPS, JOBS, SCALE and LAUNCHER as in every
@@ -24,20 +27,23 @@
 # CPU default (on 2 cores): TASK_SETS=locomotion ENV_SIZES=m (locomotion has no s) NUM_TASKS=16 SEEDS="1"
 #   TOTAL_TIMESTEPS=204800 BASE_ENVS=64 NUM_STEPS=32 (100 iterations of 2,048 steps), EPOCHS=8 NUM_MINIBATCHES=32 LR=3e-4
 #   CLIP=0.2 ANNEAL_LR=no, COMS="8 128" LR_COMS=8 LRS="3e-4 1e-3" CLIPS="0.2 0.6" CLIP_COMS=128 EPOCH_LIST="2 8"
-#   EPOCH_COMS=8 EPOCH_CLIPS=0.2 REG_ENVS="16 64" REG_COMS=8 REG_CLIPS=0.6 RECIPE_ENVS="16 256" LR_SCALINGS=sqrt: 18 runs
-#   of about 5 minutes each (about 1,000 steps/s on one core, after JAX's first compilation, about a minute).
+#   EPOCH_COMS=8 EPOCH_CLIPS=0.2 REG_ENVS="16 64" REG_COMS=8 REG_CLIPS=0.6 RECIPE_ENVS="16 256" LR_SCALINGS=sqrt
+#   BUDGETS="51200 204800": 22 runs of up to about 5 minutes each (about 1,000 steps/s on one core, after JAX's first
+#   compilation, about a minute).
 # Paper (SCALE=paper), from Table 2 and Appendix A: NUM_TASKS=512 morphologies, SEEDS="1 2 3 4 5", BASE_ENVS=2048,
 #   NUM_STEPS=256, EPOCHS=8, NUM_MINIBATCHES=32 (minibatches of 16,384), LR=3e-4, CLIP=0.2. The swept values are ours
 #   where the text gives none (the figures' values are only in their plots): COMS="8 32 128 512" (the text names COM 8
 #   as too weak, Sec. 3.2, 4.3), LR_COMS="8 128", LRS="1e-4 3e-4 1e-3", CLIPS="0.05 0.1 0.2 0.4 0.6" (0.6 weak: Sec.
 #   4.3), CLIP_COMS=128, EPOCH_LIST="1 2 4 8 16", EPOCH_COMS="8 128", EPOCH_CLIPS="0 0.2 0.6" (eps 0 as in Fig. 6b,
-#   Sec. 4.2),
-#   REG_ENVS="16 128 2048" (16 x 256 = the batch of 4,096 of Sec. 4.3), REG_COMS="8 128", REG_CLIPS="0.2 0.6",
-#   RECIPE_ENVS="256 1024 8192", LR_SCALINGS=sqrt (the square-root rule, Sec. 5), ENV_SIZES=l (the morphologies'
-#   size is not given: ppo_kinetix.py's default). TOTAL_TIMESTEPS=1073741824 (2^30: 2,048 iterations of the base batch)
-#   and ANNEAL_LR=no outside Fig. 4 are neither in the text nor in Table 2: they are Kinetix's PPO defaults (Matthews et
-#   al. 2025, configs/learning/ppo-base.yaml, whose other PPO values are Table 2's). (61 configurations x 5 seeds = 305
-#   runs.)
+#   Sec. 4.2), REG_ENVS="16 512 2048 8192" (Sec. 4.3's "small batch size (e.g., 4096)" is a minibatch by its footnote,
+#   "these minibatches", so 512 envs; 16 envs, a rollout of 4,096, covers the other reading), REG_COMS="8 128",
+#   REG_CLIPS="0.2 0.6", RECIPE_ENVS="256 1024 8192", LR_SCALINGS=sqrt (the square-root rule, Sec. 5),
+#   BUDGETS="268435456 1073741824 4294967296" (2^28, 2^30, 2^32: Fig. 8's budgets are only in its plot), ENV_SIZES=l
+#   (the morphologies' size is not given: ppo_kinetix.py's default). TOTAL_TIMESTEPS=1073741824 (2^30: 2,048 iterations
+#   of the base batch) is Kinetix's PPO budget (Matthews et al. 2025, configs/learning/ppo-base.yaml); neither the text
+#   nor Table 2 gives one. ANNEAL_LR=no outside Fig. 4 is that file's anneal_lr, but the paper ran Stoix's PPO (App. A),
+#   whose default configuration decays the LR linearly (ff_ppo.yaml): ANNEAL_LR=yes for that reading. (83
+#   configurations x 5 seeds = 415 runs.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source sweeps/games.sh
@@ -45,17 +51,19 @@ if [[ ${SCALE:-cpu} == paper ]]; then
     : "${NUM_TASKS:=512}" "${SEEDS:=1 2 3 4 5}" "${TOTAL_TIMESTEPS:=1073741824}" "${BASE_ENVS:=2048}" "${NUM_STEPS:=256}"
     : "${COMS:=8 32 128 512}" "${LR_COMS:=8 128}" "${LRS:=1e-4 3e-4 1e-3}" "${CLIPS:=0.05 0.1 0.2 0.4 0.6}"
     : "${ENV_SIZES:=l}" "${EPOCH_LIST:=1 2 4 8 16}" "${EPOCH_COMS:=8 128}" "${EPOCH_CLIPS:=0 0.2 0.6}"
-    : "${REG_ENVS:=16 128 2048}" "${REG_COMS:=8 128}" "${REG_CLIPS:=0.2 0.6}" "${RECIPE_ENVS:=256 1024 8192}"
+    : "${REG_ENVS:=16 512 2048 8192}" "${REG_COMS:=8 128}" "${REG_CLIPS:=0.2 0.6}" "${RECIPE_ENVS:=256 1024 8192}"
+    : "${BUDGETS:=268435456 1073741824 4294967296}"
 fi
 : "${TASK_SETS:=locomotion}" "${ENV_SIZES:=m}" "${NUM_TASKS:=16}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=204800}"
 : "${BASE_ENVS:=64}" "${NUM_STEPS:=32}" "${EPOCHS:=8}" "${NUM_MINIBATCHES:=32}" "${LR:=3e-4}" "${CLIP:=0.2}"
 : "${ANNEAL_LR:=no}" "${COMS:=8 128}" "${LR_COMS:=8}" "${LRS:=3e-4 1e-3}" "${CLIPS:=0.2 0.6}" "${CLIP_COMS:=128}"
 : "${EPOCH_LIST:=2 8}" "${EPOCH_COMS:=8}" "${EPOCH_CLIPS:=0.2}" "${REG_ENVS:=16 64}" "${REG_COMS:=8}" "${REG_CLIPS:=0.6}"
-: "${RECIPE_ENVS:=16 256}" "${LR_SCALINGS:=sqrt}" "${FIGURES:=1a 4 5 6 7 9}"
+: "${RECIPE_ENVS:=16 256}" "${LR_SCALINGS:=sqrt}" "${FIGURES:=1a 4 5 6 7 8 9}"
+: "${BUDGETS:=51200 $TOTAL_TIMESTEPS}"
 : "${RUNS_DIR:=runs/kinetix}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"
 for figure in $FIGURES; do
-    if [[ ! $figure =~ ^(1a|4|5|6|7|9)$ ]]; then
-        echo "error: FIGURES holds '$figure': give some of 1a 4 5 6 7 9 (Beukman et al.'s figures)" >&2
+    if [[ ! $figure =~ ^(1a|4|5|6|7|8|9)$ ]]; then
+        echo "error: FIGURES holds '$figure': give some of 1a 4 5 6 7 8 9 (Beukman et al.'s figures)" >&2
         exit 2
     fi
 done
@@ -64,7 +72,8 @@ MINIBATCH_SIZE=$((BASE_ENVS * NUM_STEPS / NUM_MINIBATCHES)) # the base point's, 
 declare -A listed=() # the configurations printed so far, per task and seed: a run shared by two figures trains once
 # One configuration: COM ("ppo": standard PPO), clip, epochs, LR, anneal (yes/no), N_envs, how the batch is split
 # ("count": NUM_MINIBATCHES; "size": minibatches of MINIBATCH_SIZE; an --lr-scaling: NUM_MINIBATCHES and the LR scaled
-# from BASE_ENVS) and the budget. Its name is the configuration; $task and $seed are the loops'.
+# from BASE_ENVS) and the budget (another than TOTAL_TIMESTEPS: Fig. 7's same updates at another N_envs, or Fig. 8's
+# budgets at BASE_ENVS). Its name is the configuration; $task and $seed are the loops'.
 configuration() {
     local com=$1 clip=$2 epochs=$3 lr=$4 anneal=$5 envs=$6 split=$7 budget=$8 name flags
     ((envs == BASE_ENVS)) && split=count # at the base N_envs the three splits are one training
@@ -86,7 +95,11 @@ configuration() {
     size) name+="_mbsize$MINIBATCH_SIZE" flags+=" --minibatch-size $MINIBATCH_SIZE" ;;
     *) name+="_lr-$split" flags+=" --num-minibatches $NUM_MINIBATCHES --lr-scaling $split --lr-reference-envs $BASE_ENVS" ;;
     esac
-    ((budget == TOTAL_TIMESTEPS)) || name+="_sameupdates"
+    if ((budget != TOTAL_TIMESTEPS && envs != BASE_ENVS)); then
+        name+="_sameupdates"
+    elif ((budget != TOTAL_TIMESTEPS)); then
+        name+="_budget$budget"
+    fi
     [[ -n ${listed["$task $seed $name"]:-} ]] && return
     listed["$task $seed $name"]=1
     echo "$PYTHON ppo_kinetix.py $task --seed $seed $flags --total-timesteps $budget --exp-name $name" \
@@ -139,6 +152,16 @@ for task_set in $TASK_SETS; do
                         done
                         for clip in $REG_CLIPS; do
                             configuration ppo "$clip" "$EPOCHS" "$LR" "$ANNEAL_LR" "$envs" count "$budget"
+                        done
+                    done
+                    ;;
+                8)
+                    for budget in $BUDGETS; do
+                        for com in $COMS; do
+                            configuration "$com" "$CLIP" "$EPOCHS" "$LR" "$ANNEAL_LR" "$BASE_ENVS" count "$budget"
+                        done
+                        for clip in $CLIPS; do
+                            configuration ppo "$clip" "$EPOCHS" "$LR" "$ANNEAL_LR" "$BASE_ENVS" count "$budget"
                         done
                     done
                     ;;

@@ -1045,18 +1045,18 @@ def kinetix_flags(command):
 
 
 def test_kinetix_sweep_covers_each_figures_values_once(tmp_path):
-    """sweeps/kinetix.sh: Beukman et al.'s Fig. 1a (= 5a), 4, 5, 6, 7, 9 at SCALE=paper: Table 2's 2048 envs x 256 steps,
+    """sweeps/kinetix.sh: Beukman et al.'s Fig. 1a (= 5a), 4, 5, 6, 7, 8, 9 at SCALE=paper: Table 2's 2048 envs x 256 steps,
     8 epochs, 32 minibatches (of 16,384), 512 morphologies, 5 seeds; each figure's swept values around that base; a
     run that several figures share listed once; a name per configuration (its run directory)."""
     commands = sweep_commands(KINETIX, tmp_path, "paper")
     runs = [kinetix_flags(command) for command in commands]
-    assert {run["seed"] for run in runs} == {"1", "2", "3", "4", "5"} and len(runs) == 5 * 61
+    assert {run["seed"] for run in runs} == {"1", "2", "3", "4", "5"} and len(runs) == 5 * 83
     assert {(run["task-set"], run["env-size"], run["num-tasks"], run["num-steps"]) for run in runs} == {
         ("locomotion", "l", "512", "256")
     }
     seed_1 = [run for run in runs if run["seed"] == "1"]
     names = [run["exp-name"] for run in seed_1]
-    assert len(set(names)) == len(names) == 61  # no configuration twice
+    assert len(set(names)) == len(names) == 83  # no configuration twice
     without_name = [tuple(sorted((k, v) for k, v in run.items() if k != "exp-name")) for run in seed_1]
     assert len(set(without_name)) == len(without_name)  # no training twice under two names
     base = {"clip-coef": "0.2", "update-epochs": "8", "learning-rate": "3e-4", "anneal-lr": "no", "num-envs": "2048"}
@@ -1080,10 +1080,18 @@ def test_kinetix_sweep_covers_each_figures_values_once(tmp_path):
     assert {(e, com) for e in epochs for com in ("8", "128")} <= grid("update-epochs", "ewma-com")
     assert {(e, clip, None) for e in epochs for clip in ("0", "0.2", "0.6")} <= grid("update-epochs", "clip-coef", "ewma-com")
     # Fig. 7: N_envs at 32 minibatches, as many updates as the base (2,048 iterations of 2048 x 256), x COM and x clip
-    for envs in ("16", "128"):
+    for envs in ("16", "512", "8192"):  # a rollout of 4,096; a minibatch of 4,096 (Sec. 4.3); a larger one
         budget = str(2048 * int(envs) * 256)
         regularisation = grid("ewma-com", "clip-coef", **{"num-envs": envs, "total-timesteps": budget})
         assert {("8", "0.2"), ("128", "0.2"), (None, "0.2"), (None, "0.6")} <= regularisation, envs
+        same_updates = [run["exp-name"] for run in seed_1 if (run["num-envs"], run["total-timesteps"]) == (envs, budget)]
+        assert all(name.endswith("_sameupdates") for name in same_updates), same_updates
+    # Fig. 8: Fig. 1a's COMs and Fig. 5's clips (PPO) at each budget, the base's N_envs; a name per budget
+    regularisations = {(com, "0.2") for com in ("8", "32", "128", "512")} | {(None, clip) for clip in clips}
+    for budget in (2**28, 2**30, 2**32):
+        assert regularisations <= grid("ewma-com", "clip-coef", **{"total-timesteps": str(budget)}), budget
+    at_base = [run for run in seed_1 if run["num-envs"] == "2048"]  # (Fig. 7's 8192 envs also train 2^32 steps)
+    assert {run["exp-name"].rsplit("_", 1)[1] for run in at_base if run["total-timesteps"] == str(2**32)} == {f"budget{2**32}"}
     # Fig. 9: N_envs three ways: minibatches of 16,384; 32 minibatches at the LR; 32 minibatches at the LR x sqrt(k)
     recipes = {
         envs: grid("minibatch-size", "num-minibatches", "lr-scaling", "lr-reference-envs", **{"num-envs": envs})
@@ -1093,13 +1101,13 @@ def test_kinetix_sweep_covers_each_figures_values_once(tmp_path):
         assert splits == {("16384", None, None, None), (None, "32", None, None), (None, "32", "sqrt", "2048")}, envs
     assert any("--num-envs 2048 --num-steps 256 " in command for command in commands)
     cpu = [kinetix_flags(command) for command in sweep_commands(KINETIX, tmp_path, "cpu")]
-    assert len(cpu) == 18 and {(run["env-size"], run["num-tasks"], run["num-steps"]) for run in cpu} == {("m", "16", "32")}
+    assert len(cpu) == 22 and {(run["env-size"], run["num-tasks"], run["num-steps"]) for run in cpu} == {("m", "16", "32")}
     assert max(int(run["total-timesteps"]) for run in cpu) <= 500_000 and max(int(run["num-envs"]) for run in cpu) <= 256
     env = {**os.environ, "LAUNCHER": "print", "FIGURES": "9", "RECIPE_ENVS": "128", "TASK_SETS": "random handmade"}
     nine = subprocess.run(["bash", KINETIX], capture_output=True, text=True, env=env, timeout=60)
     assert nine.returncode == 0 and len(nine.stdout.splitlines()) == 2 * 4, nine.stderr  # base + 3 recipes at 128, 2 sets
-    refused = subprocess.run(["bash", KINETIX], capture_output=True, text=True, env={**env, "FIGURES": "1a 8"}, timeout=60)
-    assert refused.returncode == 2 and refused.stdout == "" and "FIGURES holds '8'" in refused.stderr
+    refused = subprocess.run(["bash", KINETIX], capture_output=True, text=True, env={**env, "FIGURES": "1a 3"}, timeout=60)
+    assert refused.returncode == 2 and refused.stdout == "" and "FIGURES holds '3'" in refused.stderr
 
 
 @NO_KINETIX_SCRIPT
@@ -1261,6 +1269,13 @@ def test_issue_58_rows_at_paper_scale(tmp_path):
         if "ppo_atari_envpool.py" in c and "--clip-coef" in c
     }
     assert ppo_clips == {(envs, clip) for envs in ("8", "32", "128") for clip in ("0.2", "0.4")}  # 0.1: bigger-minibatches
+    from sweeps.aggregate import envs_series
+
+    # Fig. 8's budgets (and kinetix.sh's): a run at another budget is not a point of its base's N_envs line
+    for name, budgets in (("ewma_recipe", "25000000 100000000"), ("kinetix", "268435456 1073741824")):
+        runs = [flag_values(c, "--exp-name", "--total-timesteps") for c in commands(name, BUDGETS=budgets, FIGURES="8")]
+        lines = {(envs_series(config, "N_RO = 256"), budget) for config, budget in runs}
+        assert len({line for line, _ in lines}) == len(lines) and len({budget for _, budget in lines}) == 2, (name, lines)
     outer = commands("outer_step")
     fig_4 = {
         (*flag_values(c, "--ewma-com", "--learning-rate"), " --anneal-lr " in c)
