@@ -28,8 +28,8 @@
 #   TOTAL_TIMESTEPS=204800 BASE_ENVS=64 NUM_STEPS=32 (100 iterations of 2,048 steps), EPOCHS=8 NUM_MINIBATCHES=32 LR=3e-4
 #   CLIP=0.2 ANNEAL_LR=no, COMS="8 128" LR_COMS=8 LRS="3e-4 1e-3" CLIPS="0.2 0.6" CLIP_COMS=128 EPOCH_LIST="2 8"
 #   EPOCH_COMS=8 EPOCH_CLIPS=0.2 REG_ENVS="16 64" REG_COMS=8 REG_CLIPS=0.6 RECIPE_ENVS="16 256" LR_SCALINGS=sqrt
-#   BUDGETS="51200 204800": 22 runs of up to about 5 minutes each (about 1,000 steps/s on one core, after JAX's first
-#   compilation, about a minute).
+#   BUDGETS="51200 204800" EVAL_INTERVAL=10: 22 runs of up to about 5 minutes each (about 1,000 steps/s on one core,
+#   after JAX's first compilation, about a minute).
 # Paper (SCALE=paper), from Table 2 and Appendix A: NUM_TASKS=512 morphologies, SEEDS="1 2 3 4 5", BASE_ENVS=2048,
 #   NUM_STEPS=256, EPOCHS=8, NUM_MINIBATCHES=32 (minibatches of 16,384), LR=3e-4, CLIP=0.2. The swept values are ours
 #   where the text gives none (the figures' values are only in their plots): COMS="8 32 128 512" (the text names COM 8
@@ -39,11 +39,13 @@
 #   "these minibatches", so 512 envs; 16 envs, a rollout of 4,096, covers the other reading), REG_COMS="8 128",
 #   REG_CLIPS="0.2 0.6", RECIPE_ENVS="256 1024 8192", LR_SCALINGS=sqrt (the square-root rule, Sec. 5),
 #   BUDGETS="268435456 1073741824 4294967296" (2^28, 2^30, 2^32: Fig. 8's budgets are only in its plot), ENV_SIZES=l
-#   (the morphologies' size is not given: ppo_kinetix.py's default). TOTAL_TIMESTEPS=1073741824 (2^30: 2,048 iterations
-#   of the base batch) is Kinetix's PPO budget (Matthews et al. 2025, configs/learning/ppo-base.yaml); neither the text
-#   nor Table 2 gives one. ANNEAL_LR=no outside Fig. 4 is that file's anneal_lr, but the paper ran Stoix's PPO (App. A),
-#   whose default configuration decays the LR linearly (ff_ppo.yaml): ANNEAL_LR=yes for that reading. (83
-#   configurations x 5 seeds = 415 runs.)
+#   (the morphologies' size is not given: ppo_kinetix.py's default), EVAL_INTERVAL=50 (the solve rate every 50
+#   iterations, as Kinetix's own evaluation, configs/eval/{s,m,l}.yaml: an evaluation plays the 512 tasks in batches
+#   of N_envs, 32 batches of 256 steps at 16 envs; its 20 attempts a task: EXTRA_FLAGS="--eval-attempts 20").
+#   TOTAL_TIMESTEPS=1073741824 (2^30: 2,048 iterations of the base batch) is Kinetix's PPO budget (Matthews et al.
+#   2025, configs/learning/ppo-base.yaml); neither the text nor Table 2 gives one. ANNEAL_LR=no outside Fig. 4 is that
+#   file's anneal_lr, but the paper ran Stoix's PPO (App. A), whose default configuration decays the LR linearly
+#   (ff_ppo.yaml): ANNEAL_LR=yes for that reading. (83 configurations x 5 seeds = 415 runs.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source sweeps/games.sh
@@ -52,14 +54,14 @@ if [[ ${SCALE:-cpu} == paper ]]; then
     : "${COMS:=8 32 128 512}" "${LR_COMS:=8 128}" "${LRS:=1e-4 3e-4 1e-3}" "${CLIPS:=0.05 0.1 0.2 0.4 0.6}"
     : "${ENV_SIZES:=l}" "${EPOCH_LIST:=1 2 4 8 16}" "${EPOCH_COMS:=8 128}" "${EPOCH_CLIPS:=0 0.2 0.6}"
     : "${REG_ENVS:=16 512 2048 8192}" "${REG_COMS:=8 128}" "${REG_CLIPS:=0.2 0.6}" "${RECIPE_ENVS:=256 1024 8192}"
-    : "${BUDGETS:=268435456 1073741824 4294967296}"
+    : "${BUDGETS:=268435456 1073741824 4294967296}" "${EVAL_INTERVAL:=50}"
 fi
 : "${TASK_SETS:=locomotion}" "${ENV_SIZES:=m}" "${NUM_TASKS:=16}" "${SEEDS:=1}" "${TOTAL_TIMESTEPS:=204800}"
 : "${BASE_ENVS:=64}" "${NUM_STEPS:=32}" "${EPOCHS:=8}" "${NUM_MINIBATCHES:=32}" "${LR:=3e-4}" "${CLIP:=0.2}"
 : "${ANNEAL_LR:=no}" "${COMS:=8 128}" "${LR_COMS:=8}" "${LRS:=3e-4 1e-3}" "${CLIPS:=0.2 0.6}" "${CLIP_COMS:=128}"
 : "${EPOCH_LIST:=2 8}" "${EPOCH_COMS:=8}" "${EPOCH_CLIPS:=0.2}" "${REG_ENVS:=16 64}" "${REG_COMS:=8}" "${REG_CLIPS:=0.6}"
 : "${RECIPE_ENVS:=16 256}" "${LR_SCALINGS:=sqrt}" "${FIGURES:=1a 4 5 6 7 8 9}"
-: "${BUDGETS:=51200 $TOTAL_TIMESTEPS}"
+: "${BUDGETS:=51200 $TOTAL_TIMESTEPS}" "${EVAL_INTERVAL:=10}"
 : "${RUNS_DIR:=runs/kinetix}" "${PYTHON:=.venv/bin/python}" "${EXTRA_FLAGS:=}"
 for figure in $FIGURES; do
     if [[ ! $figure =~ ^(1a|4|5|6|7|8|9)$ ]]; then
@@ -103,7 +105,7 @@ configuration() {
     [[ -n ${listed["$task $seed $name"]:-} ]] && return
     listed["$task $seed $name"]=1
     echo "$PYTHON ppo_kinetix.py $task --seed $seed $flags --total-timesteps $budget --exp-name $name" \
-        "--runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
+        "--eval-interval $EVAL_INTERVAL --runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
 }
 
 for task_set in $TASK_SETS; do

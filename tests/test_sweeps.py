@@ -1051,8 +1051,8 @@ def test_kinetix_sweep_covers_each_figures_values_once(tmp_path):
     commands = sweep_commands(KINETIX, tmp_path, "paper")
     runs = [kinetix_flags(command) for command in commands]
     assert {run["seed"] for run in runs} == {"1", "2", "3", "4", "5"} and len(runs) == 5 * 83
-    assert {(run["task-set"], run["env-size"], run["num-tasks"], run["num-steps"]) for run in runs} == {
-        ("locomotion", "l", "512", "256")
+    assert {(run["task-set"], run["env-size"], run["num-tasks"], run["num-steps"], run["eval-interval"]) for run in runs} == {
+        ("locomotion", "l", "512", "256", "50")  # the solve rate every 50 iterations, as Kinetix's evaluation configs
     }
     seed_1 = [run for run in runs if run["seed"] == "1"]
     names = [run["exp-name"] for run in seed_1]
@@ -1101,7 +1101,9 @@ def test_kinetix_sweep_covers_each_figures_values_once(tmp_path):
         assert splits == {("16384", None, None, None), (None, "32", None, None), (None, "32", "sqrt", "2048")}, envs
     assert any("--num-envs 2048 --num-steps 256 " in command for command in commands)
     cpu = [kinetix_flags(command) for command in sweep_commands(KINETIX, tmp_path, "cpu")]
-    assert len(cpu) == 22 and {(run["env-size"], run["num-tasks"], run["num-steps"]) for run in cpu} == {("m", "16", "32")}
+    assert len(cpu) == 22 and {(run["env-size"], run["num-tasks"], run["num-steps"], run["eval-interval"]) for run in cpu} == {
+        ("m", "16", "32", "10")
+    }
     assert max(int(run["total-timesteps"]) for run in cpu) <= 500_000 and max(int(run["num-envs"]) for run in cpu) <= 256
     env = {**os.environ, "LAUNCHER": "print", "FIGURES": "9", "RECIPE_ENVS": "128", "TASK_SETS": "random handmade"}
     nine = subprocess.run(["bash", KINETIX], capture_output=True, text=True, env=env, timeout=60)
@@ -1126,6 +1128,7 @@ def test_kinetix_sweep_gives_only_flags_of_ppo_kinetix(tmp_path, monkeypatch):
         assert args.update_epochs == int(flags["update-epochs"]) and args.clip_coef == float(flags["clip-coef"])
         assert args.anneal_lr == (flags["anneal-lr"] == "yes") and args.total_timesteps == int(flags["total-timesteps"])
         assert args.ewma_com == (float(flags["ewma-com"]) if "ewma-com" in flags else None)
+        assert args.eval_interval == int(flags["eval-interval"])
 
 
 def test_launcher_finds_a_kinetix_run_by_its_task_set_and_size(tmp_path):
