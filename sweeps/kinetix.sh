@@ -108,6 +108,18 @@ configuration() {
         "--eval-interval $EVAL_INTERVAL --runs-dir $RUNS_DIR --checkpoint-interval 20 $EXTRA_FLAGS"
 }
 
+# PPO-EWMA at each centre of mass of $1 (clip CLIP), then standard PPO at each clip of $2; epochs, N_envs and budget
+# given, the LR and its annealing the base's, NUM_MINIBATCHES (Figs. 6, 7, 8).
+regularisations() {
+    local coms=$1 clips=$2 epochs=$3 envs=$4 budget=$5 com clip
+    for com in $coms; do
+        configuration "$com" "$CLIP" "$epochs" "$LR" "$ANNEAL_LR" "$envs" count "$budget"
+    done
+    for clip in $clips; do
+        configuration ppo "$clip" "$epochs" "$LR" "$ANNEAL_LR" "$envs" count "$budget"
+    done
+}
+
 for task_set in $TASK_SETS; do
     for size in $ENV_SIZES; do
         task="--task-set $task_set --env-size $size --num-tasks $NUM_TASKS"
@@ -137,34 +149,19 @@ for task_set in $TASK_SETS; do
                     ;;
                 6)
                     for epochs in $EPOCH_LIST; do
-                        for com in $EPOCH_COMS; do
-                            configuration "$com" "$CLIP" "$epochs" "$LR" "$ANNEAL_LR" "$BASE_ENVS" count "$TOTAL_TIMESTEPS"
-                        done
-                        for clip in $EPOCH_CLIPS; do
-                            configuration ppo "$clip" "$epochs" "$LR" "$ANNEAL_LR" "$BASE_ENVS" count "$TOTAL_TIMESTEPS"
-                        done
+                        regularisations "$EPOCH_COMS" "$EPOCH_CLIPS" "$epochs" "$BASE_ENVS" "$TOTAL_TIMESTEPS"
                     done
                     ;;
                 7)
                     for envs in $REG_ENVS; do # the base's iterations: TOTAL_TIMESTEPS / (BASE_ENVS x NUM_STEPS)
                         budget=$TOTAL_TIMESTEPS
                         ((envs == BASE_ENVS)) || budget=$((TOTAL_TIMESTEPS / (BASE_ENVS * NUM_STEPS) * envs * NUM_STEPS))
-                        for com in $REG_COMS; do
-                            configuration "$com" "$CLIP" "$EPOCHS" "$LR" "$ANNEAL_LR" "$envs" count "$budget"
-                        done
-                        for clip in $REG_CLIPS; do
-                            configuration ppo "$clip" "$EPOCHS" "$LR" "$ANNEAL_LR" "$envs" count "$budget"
-                        done
+                        regularisations "$REG_COMS" "$REG_CLIPS" "$EPOCHS" "$envs" "$budget"
                     done
                     ;;
                 8)
                     for budget in $BUDGETS; do
-                        for com in $COMS; do
-                            configuration "$com" "$CLIP" "$EPOCHS" "$LR" "$ANNEAL_LR" "$BASE_ENVS" count "$budget"
-                        done
-                        for clip in $CLIPS; do
-                            configuration ppo "$clip" "$EPOCHS" "$LR" "$ANNEAL_LR" "$BASE_ENVS" count "$budget"
-                        done
+                        regularisations "$COMS" "$CLIPS" "$EPOCHS" "$BASE_ENVS" "$budget"
                     done
                     ;;
                 9)
