@@ -10,7 +10,9 @@
 #       x clip (REG_CLIPS), compared at equal policy updates: each N_envs trains the iterations that BASE_ENVS makes in
 #       TOTAL_TIMESTEPS (the names end in _sameupdates; aggregate.py report --x updates plots them against updates)
 #   8   DDR against the best solve rate per budget: the regularisations of Figs. 1a and 5 (COMS, and PPO at CLIPS) at
-#       each of BUDGETS (names end in _budget<N> but at TOTAL_TIMESTEPS; aggregate.py report --score max draws it)
+#       each of BUDGETS (names end in _budget<N> but at TOTAL_TIMESTEPS; aggregate.py report --score max draws it with
+#       every run of the folder, a point per run coloured by its budget: Figs. 4, 6, 7, 9's too, since the DDR joins
+#       batch and divergence, Sec. 4.4; FIGURES=8 with a RUNS_DIR of its own for Fig. 8's runs alone)
 #   9   N_envs (RECIPE_ENVS) three ways, PPO: a fixed minibatch size (more minibatches: _mbsize<N>), a fixed number of
 #       minibatches (bigger ones, the same LR) and bigger minibatches with the LR scaled from BASE_ENVS (LR_SCALINGS)
 # Each configuration is one run directory whose name is the configuration (e.g. ewma_com8_clip0.2_epochs8_lr3e-4_envs64);
