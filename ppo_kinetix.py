@@ -841,7 +841,7 @@ def episode_end(reward, done, timestep, distance, last_distance, finite, params)
     as a morphology settles): the contact is told from the reward less the shaping, recomputed as Kinetix computes it
     from the distance after the step (`distance`, its info's) and before it (`last_distance`, -1 on a first step)."""
     shaping = jnp.nan_to_num(-(distance - last_distance) * params.dense_reward_scale, nan=0.0, posinf=0.0, neginf=0.0)
-    shaping = jnp.where((last_distance == -1) | (params.dense_reward_scale == 0.0), 0.0, shaping)
+    shaping = jnp.where(last_distance == -1, 0.0, shaping)  # (a scale of 0 gives 0 above: nan_to_num takes 0 x inf)
     contact = jnp.abs(reward - shaping) > 0.5  # the goal or a red shape: exactly +-1 once the shaping is taken off
     truncated = done & (timestep >= params.max_timesteps) & ~contact & finite
     return done & ~truncated, truncated
